@@ -1,0 +1,29 @@
+# The two commands of the README: `make run` (the main job) and `make test` (the test suite).
+# Both create .venv and install the project into it on first use; later calls reuse it.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+$(BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+.PHONY: install run test bench clean
+install: $(BIN)/.installed
+
+run: install
+	$(BIN)/python -m ehrbench $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest -q $(ARGS)
+
+bench: install
+	$(BIN)/python bench/bench_ehrchatqa.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) data/generated mlruns/* .cache
