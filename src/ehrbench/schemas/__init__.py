@@ -1,0 +1,54 @@
+"""Renderers of the world into database schemas, and the on-disk cache of built databases."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from ..world.generator import WorldSize, generate_world
+from . import eicu_star, mimic_iv_star
+from .writer import write_sqlite
+
+SCHEMAS = {mimic_iv_star.DB_ID: mimic_iv_star, eicu_star.DB_ID: eicu_star}
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """What a built database depends on besides the code: the seed, the sizes, the dictionary mode."""
+    seed: int = 0
+    size: WorldSize = field(default_factory=WorldSize)
+    dictionary: str = "full"  # "full": every ICD code as the demo's dictionaries; "used": only codes in use
+
+    def __post_init__(self):
+        if self.dictionary not in ("full", "used"):
+            raise ValueError(f"data.dictionary must be 'full' or 'used', not {self.dictionary!r}")
+
+
+def _source_digest() -> str:
+    """Hash of the code and data that shape a database, so editing either rebuilds the cached files."""
+    h = hashlib.sha256()
+    for pkg in ("ehrbench.world", "ehrbench.world.data", "ehrbench.schemas"):
+        for f in sorted(resources.files(pkg).iterdir(), key=lambda p: p.name):
+            if f.name.endswith((".py", ".yaml")):
+                h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def database_path(db_id: str, spec: WorldSpec, root: Path) -> Path:
+    key = json.dumps({"db": db_id, "spec": asdict(spec), "src": _source_digest()}, sort_keys=True)
+    return Path(root) / f"{db_id}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.sqlite"
+
+
+def build_database(db_id: str, spec: WorldSpec, root: Path, force: bool = False) -> Path:
+    """The SQLite file of `db_id` for `spec`, built on first use and reused afterwards."""
+    if db_id not in SCHEMAS:
+        raise KeyError(f"unknown database {db_id!r}; known: {sorted(SCHEMAS)}")
+    path = database_path(db_id, spec, root)
+    if path.exists() and not force:
+        return path
+    world = generate_world(spec.seed, spec.size)
+    schema = SCHEMAS[db_id]
+    rows = schema.render(world, dictionary=spec.dictionary) if db_id == mimic_iv_star.DB_ID else schema.render(world)
+    return write_sqlite(schema.metadata(), rows, path)

@@ -1,0 +1,161 @@
+"""eICU* (EHR-ChatQA paper Table 13): every ICU stay of the world as the renamed eICU demo.
+
+eICU is multi-centre and ICU-only: each hospital stay with an ICU stay appears, its events attached to the unit
+stay (as eICU records pre-ICU events against the unit stay). Medications are stored as the pharmacy writes them,
+one string with strength and form ("metoprolol tartrate 25 mg po tabs"); a fixed share of drugs also carry the
+brand in parentheses, as some eICU sites store them.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from sqlalchemy import Boolean, Column, Double, ForeignKey, Integer, MetaData, Table, Text
+
+from ..world.model import World
+from ..world.vocab import Drug, vocabulary
+from .ids import seeded_amount, unique_ids
+from .writer import Rows, fmt_time
+
+DB_ID = "eicu_star"
+
+FORM_TEXT = {"tab": "po tabs", "cap": "po caps", "vial": "inj", "soln": "inj soln", "syringe": "inj syringe",
+             "neb": "neb soln"}
+ROUTE_TEXT = {"po": "po", "iv": "iv push", "sc": "subcutaneous", "ih": "inhalation"}
+FLUID_PATH = {"intake": "flowsheet|flowsheet cell labels|i&o|intake (ml)|{}",
+              "output": "flowsheet|flowsheet cell labels|i&o|output (ml)|{}"}
+
+
+def metadata() -> MetaData:
+    md = MetaData()
+    I, T, D = Integer, Text, Double
+    unit = lambda: Column("unit_id", I, ForeignKey("icupatient.unit_id"), nullable=False)  # noqa: E731
+    Table("hospital", md, Column("hospital_id", I, primary_key=True, autoincrement=False),
+          Column("bed_capacity_category", T), Column("teaching_status", Boolean), Column("region", T))
+    Table("icupatient", md, Column("patient_id", T, nullable=False), Column("hosp_id", I, nullable=False),
+          Column("unit_id", I, primary_key=True, autoincrement=False), Column("gender", T), Column("age", T),
+          Column("ethnicity", T), Column("hospital_id", I, ForeignKey("hospital.hospital_id")), Column("ward_id", I),
+          Column("height_admission", D), Column("weight_admission", D), Column("weight_discharge", D),
+          Column("hospital_admit_time", T, nullable=False), Column("hospital_admission_source", T),
+          Column("unit_admit_time", T, nullable=False), Column("unit_discharge_time", T),
+          Column("hospital_discharge_time", T), Column("hospital_discharge_status", T))
+    Table("condition", md, Column("condition_id", I, primary_key=True, autoincrement=False), unit(),
+          Column("condition_name", T, nullable=False), Column("condition_time", T, nullable=False),
+          Column("icd9_code", T))
+    Table("treatment", md, Column("treatment_id", I, primary_key=True, autoincrement=False), unit(),
+          Column("treatment_name", T, nullable=False), Column("treatment_time", T, nullable=False))
+    Table("lab", md, Column("lab_id", I, primary_key=True, autoincrement=False), unit(),
+          Column("lab_name", T, nullable=False), Column("lab_result", D), Column("lab_result_time", T, nullable=False))
+    Table("prescription", md, Column("prescription_id", I, primary_key=True, autoincrement=False), unit(),
+          Column("drug_name", T, nullable=False), Column("dosage", T), Column("administration_route", T),
+          Column("medication_start_time", T), Column("medication_stop_time", T))
+    Table("cost", md, Column("cost_id", I, primary_key=True, autoincrement=False),
+          Column("hosp_id", I, nullable=False), Column("unit_id", I, nullable=False),
+          Column("event_type", T, nullable=False), Column("event_id", I, nullable=False),
+          Column("cost_time", T, nullable=False), Column("cost_amount", D, nullable=False))
+    Table("allergy_reaction", md, Column("allergy_id", I, primary_key=True, autoincrement=False), unit(),
+          Column("drug_name", T), Column("allergy_name", T), Column("allergy_time", T, nullable=False))
+    Table("fluid_balance", md, Column("fluid_balance_id", I, primary_key=True, autoincrement=False), unit(),
+          Column("fluid_path", T, nullable=False), Column("fluid_label", T, nullable=False),
+          Column("fluid_value_numeric", D), Column("fluid_balance_time", T, nullable=False))
+    Table("microbiology", md, Column("microbiology_id", I, primary_key=True, autoincrement=False), unit(),
+          Column("culture_site", T, nullable=False), Column("organism", T),
+          Column("culture_taken_time", T, nullable=False))
+    Table("vital_signs", md, Column("vital_sign_id", I, primary_key=True, autoincrement=False), unit(),
+          Column("temperature", D), Column("sao2", D), Column("heart_rate", D), Column("respiration_rate", D),
+          Column("systolic_bp", D), Column("diastolic_bp", D), Column("mean_bp", D),
+          Column("vital_time", T, nullable=False))
+    return md
+
+
+def shows_brand(drug: Drug) -> bool:
+    """Whether this site's pharmacy writes the drug's brand beside it (a fixed, content-derived third of them)."""
+    return bool(drug.brands) and hashlib.sha256(drug.name.encode()).digest()[0] % 3 == 0
+
+
+def drug_string(drug: Drug, dose: float) -> str:
+    strength = f"{dose:g} {drug.unit}"
+    brand = f" ({drug.brands[0]})" if shows_brand(drug) else ""
+    return f"{drug.name}{brand} {strength} {FORM_TEXT[drug.form]}"
+
+
+def _dotted(code: str) -> str:
+    """ICD codes as eICU writes them: a dot after the category ("401.9", "e888.9", "i50.9")."""
+    head = 4 if code.startswith("e") and code[1:].isdigit() else 3
+    return code[:head] + ("." + code[head:] if len(code) > head else "")
+
+
+def _age_text(age: int) -> str:
+    return "> 89" if age > 89 else str(age)
+
+
+def render(world: World) -> dict[str, list[dict]]:
+    v = vocabulary()
+    rows = Rows(metadata())
+    add = rows.add
+    for h in world.hospitals:
+        add("hospital", hospital_id=h.index, bed_capacity_category=h.bed_category, teaching_status=h.teaching,
+            region=h.region)
+    icu_patients = [p for p in world.patients if any(a.icu_stays for a in p.admissions)]
+    n_hosp = sum(1 for p in icu_patients for a in p.admissions if a.icu_stays)
+    n_unit = sum(len(a.icu_stays) for p in icu_patients for a in p.admissions)
+    pids = unique_ids(world.seed, "eicu/patients", len(icu_patients), 0, 3_000_000)
+    hosp_ids = iter(unique_ids(world.seed, "eicu/hosp", n_hosp, 100_000, 1_000_000))
+    unit_ids = iter(unique_ids(world.seed, "eicu/unit", n_unit, 140_000, 3_400_000))
+    for p, raw in zip(icu_patients, pids):
+        uniquepid = f"{raw // 100_000:03d}-{raw % 100_000:05d}"
+        for a in p.admissions:
+            if not a.icu_stays:
+                continue
+            hosp = next(hosp_ids)
+            stays = [(next(unit_ids), s) for s in a.icu_stays]
+            for uid, s in stays:
+                add("icupatient", patient_id=uniquepid, hosp_id=hosp, unit_id=uid,
+                    gender="female" if p.gender == "f" else "male", age=_age_text(a.age), ethnicity=p.ethnicity,
+                    hospital_id=p.hospital, ward_id=p.hospital * 10 + (uid % 3),
+                    height_admission=s.height_cm, weight_admission=s.weight_kg,
+                    weight_discharge=round(s.weight_kg - 0.8, 1), hospital_admit_time=fmt_time(a.admit),
+                    hospital_admission_source=_hospital_source(a.admit_source), unit_admit_time=fmt_time(s.intime),
+                    unit_discharge_time=fmt_time(s.outtime), hospital_discharge_time=fmt_time(a.discharge),
+                    hospital_discharge_status="expired" if a.died else "alive")
+                for vt in sorted({e.time for e in s.vitals if e.vital != "weight"}):
+                    vals = {v.vitals[e.vital]["eicu"]: e.value for e in s.vitals if e.time == vt and e.vital != "weight"}
+                    add("vital_signs", unit_id=uid, **vals, vital_time=fmt_time(vt))
+                for f in s.fluids:
+                    spec = (v.inputs if f.direction == "intake" else v.outputs)[f.item]
+                    add("fluid_balance", unit_id=uid, fluid_path=FLUID_PATH[f.direction].format(spec["eicu"]),
+                        fluid_label=spec["eicu"], fluid_value_numeric=f.amount, fluid_balance_time=fmt_time(f.time))
+            first_uid = stays[0][0]
+            cost = lambda kind, eid, t, mean: add(  # noqa: E731
+                "cost", hosp_id=hosp, unit_id=first_uid, event_type=kind, event_id=eid, cost_time=fmt_time(t),
+                cost_amount=seeded_amount(world.seed, "eicu/" + kind, eid, mean))
+            for d in a.diagnoses:
+                c = v.conditions[d.key]
+                cid = add("condition", unit_id=first_uid, condition_name=c.eicu, condition_time=fmt_time(d.time),
+                          icd9_code=f"{_dotted(c.icd9.lower())}, {_dotted(c.icd10.lower())}")
+                cost("condition", cid, d.time, 25.0)
+            for e in a.procedures:
+                proc = v.procedures[e.key]
+                tid = add("treatment", unit_id=first_uid, treatment_name=proc.eicu, treatment_time=fmt_time(e.time))
+                cost("treatment", tid, e.time, proc.cost)
+            for e in a.labs:
+                lid = add("lab", unit_id=first_uid, lab_name=v.labs[e.lab]["eicu"], lab_result=e.value,
+                          lab_result_time=fmt_time(e.time))
+                cost("lab", lid, e.time, 12.0)
+            for m in a.medications:
+                drug = v.drugs[m.drug]
+                mid = add("prescription", unit_id=first_uid, drug_name=drug_string(drug, m.dose),
+                          dosage=f"{m.dose:g} {drug.unit}", administration_route=ROUTE_TEXT[drug.route],
+                          medication_start_time=fmt_time(m.start), medication_stop_time=fmt_time(m.end))
+                cost("prescription", mid, m.start, 8.0)
+            for mi in a.micro:
+                add("microbiology", unit_id=first_uid, culture_site=v.micro[mi.kind]["eicu_site"],
+                    organism=mi.organism or "no growth", culture_taken_time=fmt_time(mi.time))
+            for drug_name, reaction in a.allergies:
+                add("allergy_reaction", unit_id=first_uid, drug_name=drug_name, allergy_name=reaction,
+                    allergy_time=fmt_time(a.admit))
+    return rows.tables
+
+
+def _hospital_source(mimic_source: str) -> str:
+    return {"emergency room": "emergency department", "transfer from hospital": "other hospital",
+            "procedure site": "operating room", "pacu": "recovery room"}.get(mimic_source, "direct admit")

