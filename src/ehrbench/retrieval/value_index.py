@@ -1,0 +1,80 @@
+"""FAISS indexes over the distinct values of database columns, for value_similarity_search.
+
+Each (column values, embedding model) pair is embedded once: the index is saved under a key that hashes the model
+name and the sorted distinct values, so any process, any run, any database file with the same content reuses it,
+and a changed column gets a new index. On a machine with a CUDA device and faiss-gpu the search index moves to GPU.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from .embedder import Embedder
+
+log = logging.getLogger(__name__)
+
+
+def content_key(model_name: str, values: list[str]) -> str:
+    h = hashlib.sha256(model_name.encode())
+    for v in values:
+        h.update(b"\x00" + v.encode())
+    return h.hexdigest()[:24]
+
+
+def _to_gpu_if_available(index: faiss.Index) -> faiss.Index:
+    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        return faiss.index_cpu_to_all_gpus(index)
+    return index
+
+
+class ValueIndex:
+    """Similarity search over the pre-indexed text columns of one or more databases."""
+
+    def __init__(self, cache_dir: str | Path, embedder: Embedder | None = None):
+        self.cache_dir = Path(cache_dir)
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.embedder = embedder or Embedder()
+        self._columns: dict[tuple[str, str, str], tuple[faiss.Index, list[str]]] = {}
+        self.embedded_values = 0  # strings embedded to build indexes (0 when every index came from the cache)
+
+    def add_column(self, db_id: str, table: str, column: str, values: list[str], progress: bool = False) -> str:
+        """Index `values` (distinct, sorted) for (db_id, table, column); embed only if no cached index matches."""
+        key = content_key(self.embedder.name, values)
+        index_file, values_file = self.cache_dir / f"{key}.faiss", self.cache_dir / f"{key}.json"
+        if index_file.exists() and values_file.exists():
+            index = faiss.read_index(str(index_file))
+        else:
+            log.info("embedding %d values of %s.%s.%s", len(values), db_id, table, column)
+            self.embedded_values += len(values)
+            vectors = self.embedder.encode(values, progress=progress) if values else \
+                np.zeros((0, 384), dtype=np.float32)
+            index = faiss.IndexFlatIP(vectors.shape[1])
+            index.add(vectors)
+            tmp = index_file.with_suffix(f".tmp{os.getpid()}")
+            faiss.write_index(index, str(tmp))
+            values_file.with_suffix(f".tmp{os.getpid()}").write_text(json.dumps(values))
+            os.replace(values_file.with_suffix(f".tmp{os.getpid()}"), values_file)
+            os.replace(tmp, index_file)
+        self._columns[(db_id, table, column)] = (_to_gpu_if_available(index), values)
+        return key
+
+    def indexed(self, db_id: str) -> list[tuple[str, str]]:
+        return sorted((t, c) for d, t, c in self._columns if d == db_id)
+
+    def search(self, db_id: str, table: str, column: str, query: str, k: int = 100) -> list[str]:
+        """The `k` stored values nearest to the (lowercased) query, best first; no score threshold (as the original)."""
+        try:
+            index, values = self._columns[(db_id, table, column)]
+        except KeyError:
+            raise KeyError(f"{table}.{column} is not indexed for similarity search") from None
+        if not values:
+            return []
+        k = max(1, min(int(k), len(values)))
+        _, ids = index.search(self.embedder.encode([query.lower()]), k)
+        return [values[i] for i in ids[0] if i >= 0]
