@@ -1,0 +1,158 @@
+"""One trial as a pure function: `run_trial(task, agent, user, tools, score, limits) -> TrialRecord`.
+
+The user opens; the agent acts one tool call or one message per step; a user reply containing `###END###` ends the
+conversation and only then is the reward computed. Step and time limits end it with reward 0. Failures of the
+infrastructure (model API, user simulator, tools) end it with reward None and a termination reason of their own,
+so the runner re-runs the trial instead of scoring it. Nothing here knows about Ray or MLflow.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Callable, Protocol
+
+END_TOKEN = "###END###"
+AGENT_GREETING = "Hi! How can I help you today?"
+
+
+class InfrastructureError(Exception):
+    """Raised by model clients, user simulators or tool hosts when the failure is not the agent's doing."""
+
+    def __init__(self, message: str, source: str = "model"):
+        super().__init__(message)
+        self.source = source  # "model" | "user" | "tool"
+
+
+class Termination(str, Enum):
+    USER_STOP = "user_stop"
+    MAX_STEPS = "max_steps"
+    TIME_LIMIT = "time_limit"
+    AGENT_ERROR = "agent_error"
+    INFRA_MODEL = "infra_error_model"
+    INFRA_USER = "infra_error_user"
+    INFRA_TOOL = "infra_error_tool"
+
+    @property
+    def is_infrastructure(self) -> bool:
+        return self.value.startswith("infra_error")
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict
+    id: str = ""
+
+
+@dataclass
+class Message:
+    role: str                           # "user" | "assistant" | "tool"
+    content: str | None = None
+    tool_call: ToolCall | None = None   # on assistant messages that call a tool
+    tool_call_id: str | None = None     # on tool messages
+
+    @property
+    def is_tool_call(self) -> bool:
+        return self.tool_call is not None
+
+
+class Agent(Protocol):
+    def act(self, history: list[Message]) -> Message: ...
+
+
+class User(Protocol):
+    def reply(self, history: list[Message]) -> str: ...
+
+
+class Tools(Protocol):
+    def call(self, name: str, arguments: dict) -> str: ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_steps: int = 30          # agent actions (tool calls and messages)
+    time_limit_s: float = 600.0
+
+
+@dataclass
+class TrialRecord:
+    task_key: str
+    trial: int
+    termination: str
+    reward: float | None
+    messages: list[dict] = field(default_factory=list)
+    steps: int = 0
+    user_turns: int = 0
+    tool_calls: int = 0
+    duration_s: float = 0.0
+    error: str | None = None
+    attempt: int = 0
+
+    @property
+    def valid(self) -> bool:
+        return not Termination(self.termination).is_infrastructure
+
+    def sql_queries(self) -> list[str]:
+        return [m["tool_call"]["arguments"].get("query", "") for m in self.messages
+                if m.get("tool_call") and m["tool_call"]["name"] == "sql_execute"
+                and isinstance(m["tool_call"]["arguments"], dict)]
+
+    def agent_texts(self) -> list[str]:
+        return [m["content"] for m in self.messages if m["role"] == "assistant" and m.get("content")]
+
+
+Scorer = Callable[[TrialRecord], float]
+
+
+def run_trial(task_key: str, trial: int, agent: Agent, user: User, tools: Tools, score: Scorer,
+              limits: Limits = Limits(), clock: Callable[[], float] = time.monotonic) -> TrialRecord:
+    start = clock()
+    history: list[Message] = []
+    record = TrialRecord(task_key=task_key, trial=trial, termination=Termination.MAX_STEPS.value, reward=0.0)
+
+    def finish(termination: Termination, error: str | None = None) -> TrialRecord:
+        record.termination = termination.value
+        record.error = error
+        record.messages = [asdict(m) for m in history]
+        record.duration_s = clock() - start
+        record.user_turns = sum(1 for m in history if m.role == "user")
+        record.tool_calls = sum(1 for m in history if m.is_tool_call)
+        if termination.is_infrastructure:
+            record.reward = None
+        elif termination is Termination.USER_STOP:
+            record.reward = score(record)
+        else:
+            record.reward = 0.0
+        return record
+
+    try:
+        history.append(Message("user", user.reply([Message("assistant", AGENT_GREETING)])))
+    except InfrastructureError as e:
+        return finish(Termination.INFRA_USER, str(e))
+    while record.steps < limits.max_steps:
+        if clock() - start > limits.time_limit_s:
+            return finish(Termination.TIME_LIMIT)
+        try:
+            action = agent.act(history)
+        except InfrastructureError as e:
+            return finish(Termination.INFRA_MODEL if e.source == "model" else Termination.INFRA_TOOL, str(e))
+        except Exception as e:  # noqa: BLE001 - an agent bug ends its own trial, scored 0
+            return finish(Termination.AGENT_ERROR, f"{type(e).__name__}: {e}")
+        record.steps += 1
+        history.append(action)
+        if action.is_tool_call:
+            try:
+                observation = tools.call(action.tool_call.name, action.tool_call.arguments)
+            except InfrastructureError as e:
+                return finish(Termination.INFRA_TOOL, str(e))
+            history.append(Message("tool", observation, tool_call_id=action.tool_call.id))
+            continue
+        try:
+            reply = user.reply(history)
+        except InfrastructureError as e:
+            return finish(Termination.INFRA_USER, str(e))
+        history.append(Message("user", reply))
+        if END_TOKEN in reply:
+            return finish(Termination.USER_STOP)
+    return finish(Termination.MAX_STEPS)
