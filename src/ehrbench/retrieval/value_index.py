@@ -56,11 +56,11 @@ class ValueIndex:
                 np.zeros((0, 384), dtype=np.float32)
             index = faiss.IndexFlatIP(vectors.shape[1])
             index.add(vectors)
-            tmp = index_file.with_suffix(f".tmp{os.getpid()}")
-            faiss.write_index(index, str(tmp))
-            values_file.with_suffix(f".tmp{os.getpid()}").write_text(json.dumps(values))
-            os.replace(values_file.with_suffix(f".tmp{os.getpid()}"), values_file)
-            os.replace(tmp, index_file)
+            tmp_index, tmp_values = (Path(f"{f}.tmp{os.getpid()}") for f in (index_file, values_file))
+            faiss.write_index(index, str(tmp_index))
+            tmp_values.write_text(json.dumps(values))
+            os.replace(tmp_values, values_file)  # values first: an index file present means both are complete
+            os.replace(tmp_index, index_file)
         self._columns[(db_id, table, column)] = (_to_gpu_if_available(index), values)
         return key
 

@@ -121,7 +121,7 @@ class _PatientBuilder:
         return _minute(adm.admit + timedelta(seconds=self.rng.uniform(start_frac, end_frac) * span))
 
     def _procedures(self, adm: Admission, coded: set[str]) -> None:
-        for key in coded:
+        for key in sorted(coded):
             for proc, prob in self.v.conditions[key].procedures.items():
                 if self.rng.random() < prob:
                     adm.procedures.append(CodedEvent(proc, self._during(adm, 0.05, 0.6)))
@@ -130,7 +130,7 @@ class _PatientBuilder:
     def _lab_value(self, lab: str, coded: set[str], progress: float) -> float:
         spec = self.v.labs[lab]
         mult = 1.0
-        for key in coded:
+        for key in sorted(coded):
             m = self.v.conditions[key].labs.get(lab)
             if m == "rising":
                 mult *= 1.3 + 2.2 * progress
@@ -198,7 +198,7 @@ class _PatientBuilder:
         stay = IcuStay(first, first if rng.random() < 0.85 else rng.choice(units), intime, outtime,
                        height_cm=round(rng.gauss(170, 9), 0), weight_kg=round(rng.gauss(80, 16), 1))
         vital_mult = {}
-        for key in coded:
+        for key in sorted(coded):
             for vit, m in v.conditions[key].vitals.items():
                 vital_mult[vit] = vital_mult.get(vit, 1.0) * m
         t = intime

@@ -1,0 +1,150 @@
+"""The main job: `python -m ehrbench [overrides]` runs a benchmark for k trials per task on Ray and logs to MLflow.
+
+Steps: build (or reuse) the databases, start Ray with one actor per database and one value-index actor, build (or
+reuse) the value indexes, run every trial as a Ray task, stream each finished trial to MLflow as a trace and to a
+JSONL file, then log metrics and artifacts and print the results table.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import hydra
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+
+from .benchmarks.ehrchatqa.benchmark import TrialSettings
+from .benchmarks.ehrchatqa.tasks import TaskFileError, load_task_dir
+from .metrics import summarize
+from .trial import Limits, TrialRecord
+
+log = logging.getLogger("ehrbench")
+
+
+def group_rewards(records: list[TrialRecord], key=lambda task_key: task_key) -> dict[str, dict[str, list[float]]]:
+    """group -> task -> rewards of valid trials; groups: 'all', '<db>', '<flow>', '<db>/<flow>'."""
+    groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if not r.valid:
+            continue
+        db, flow, _ = r.task_key.split("/", 2)
+        for g in ("all", db, flow, f"{db}/{flow}"):
+            groups[g][r.task_key].append(r.reward)
+    return groups
+
+
+def results_table(records: list[TrialRecord], tasks_by_group: dict[str, int], k: int) -> tuple[str, dict[str, float]]:
+    from rich.console import Console
+    from rich.table import Table
+
+    groups = group_rewards(records)
+    table = Table(title=f"EHR-ChatQA results over {k} trials per task (percent)")
+    for col in ("group", "tasks", f"SR-{k}", f"Pass@{k}", f"Pass^{k}", f"Gap-{k}", "incomplete"):
+        table.add_column(col, justify="right" if col != "group" else "left")
+    metrics: dict[str, float] = {}
+    for g in sorted(groups, key=lambda g: (g != "all", g.count("/"), g)):
+        rewards = dict(groups[g])
+        for missing in range(tasks_by_group.get(g, 0) - len(rewards)):
+            rewards[f"missing{missing}"] = []
+        s = summarize(rewards, k)
+        metrics.update(s.as_dict(prefix=f"{g}/" if g != "all" else ""))
+        table.add_row(g, str(s.tasks), f"{s.sr:.1f}", f"{s.pass_at:.1f}", f"{s.pass_hat:.1f}", f"{s.gap:.1f}",
+                      str(s.incomplete))
+    console = Console(file=sys.stdout, width=110)
+    with console.capture() as cap:
+        console.print(table)
+    return cap.get(), metrics
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    import ray
+
+    from .runtime.actors import start_database, start_value_index
+    from .runtime.runner import build_indexes, run_trials
+    from .schemas import WorldSpec, build_database
+    from .tracking.mlflow_tracker import MlflowTracker, local_store, write_jsonl
+    from .world.generator import WorldSize
+
+    bench = cfg.benchmark
+    settings = TrialSettings(agent=cfg.agent.name, user=cfg.user.name,
+                             limits=Limits(max_steps=bench.max_steps, time_limit_s=bench.time_limit_s),
+                             sql_timeout_s=bench.sql_timeout_s)
+    tasks = load_task_dir(to_absolute_path(bench.task_dir), list(bench.databases), list(bench.flows))
+    if cfg.limit_tasks:
+        kept, per = [], defaultdict(int)
+        for t in tasks:
+            if per[(t.db_id, t.task_type)] < cfg.limit_tasks:
+                per[(t.db_id, t.task_type)] += 1
+                kept.append(t)
+        tasks = kept
+    k = int(cfg.trials)
+    spec = WorldSpec(seed=cfg.data.seed, size=WorldSize(scale=cfg.data.scale), dictionary=cfg.data.dictionary)
+    paths = {}
+    for db_id in bench.databases:
+        log.info("database %s: building or reusing", db_id)
+        paths[db_id] = str(build_database(db_id, spec, Path(to_absolute_path(cfg.data.root))))
+
+    ray.init(address=cfg.runtime.address, ignore_reinit_error=True, log_to_driver=False,
+             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    db_handles = {db_id: start_database(p, db_id) for db_id, p in paths.items()}
+    index_handle = start_value_index(to_absolute_path(cfg.data.index_cache))
+    embedded = build_indexes(db_handles, index_handle)
+
+    run_name = cfg.run_name or f"{bench.name}-{cfg.agent.name}-{cfg.model.name}-{cfg.user.name}"
+    store_uri, artifacts = local_store(to_absolute_path(cfg.tracking.root))
+    tracker = MlflowTracker(store_uri, cfg.tracking.experiment or bench.name, run_name,
+                            OmegaConf.to_container(cfg, resolve=True), artifact_location=artifacts,
+                            log_traces=cfg.tracking.log_traces)
+    records: list[TrialRecord] = []
+
+    def on_record(record: TrialRecord) -> None:
+        records.append(record)
+        tracker.log_trial(record)
+
+    try:
+        stats = run_trials(tasks, k, db_handles, index_handle, settings, on_record,
+                           max_in_flight=cfg.runtime.max_in_flight, max_attempts=cfg.runtime.max_attempts)
+        tasks_by_group: dict[str, int] = defaultdict(int)
+        for t in tasks:
+            for g in ("all", t.db_id, t.task_type, f"{t.db_id}/{t.task_type}"):
+                tasks_by_group[g] += 1
+        text, metrics = results_table(records, tasks_by_group, k)
+        valid = [r for r in records if r.valid]
+        metrics.update({"trials_valid": len(valid), "trials_infra_errors": len(records) - len(valid),
+                        "worker_failures": stats.worker_failures, "value_index_embedded_strings": embedded,
+                        "mean_user_turns": sum(r.user_turns for r in valid) / max(1, len(valid)),
+                        "mean_tool_calls": sum(r.tool_calls for r in valid) / max(1, len(valid))})
+        tracker.log_metrics(metrics)
+        out = Path(to_absolute_path(cfg.tracking.root)) / "records" / f"{tracker.run.info.run_id}.jsonl"
+        tracker.log_artifact(write_jsonl(records, out))
+        tracker.log_text(text, "results_table.txt")
+        tracker.finish()
+    except BaseException:
+        tracker.finish(status="FAILED")
+        raise
+    print(text)
+    print(f"MLflow run {tracker.run.info.run_id} in {store_uri} "
+          f"(browse: mlflow ui --backend-store-uri {store_uri})")
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
+def _hydra_main(cfg: DictConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        evaluate(cfg)
+    except TaskFileError as e:
+        log.error("bad task file: %s", e)
+        raise SystemExit(2) from None
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
