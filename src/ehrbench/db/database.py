@@ -57,7 +57,8 @@ class Database:
         if not self.path.exists():
             raise FileNotFoundError(f"database file {self.path} does not exist (build it with ehrbench's data step)")
         self.db_id = db_id or self.path.stem
-        self.engine = sa.create_engine("sqlite://", creator=lambda: _connect(self.path), poolclass=SingletonThreadPool)
+        self.engine = sa.create_engine("sqlite://", creator=lambda: _connect(self.path), poolclass=SingletonThreadPool,
+                                    pool_size=64)  # one connection per thread; never closed under a running query
         self.metadata = sa.MetaData()
         self.metadata.reflect(self.engine)
         self._lock = threading.Lock()
