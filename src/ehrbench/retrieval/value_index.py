@@ -43,26 +43,24 @@ class ValueIndex:
         self._columns: dict[tuple[str, str, str], tuple[faiss.Index, list[str]]] = {}
         self.embedded_values = 0  # strings embedded to build indexes (0 when every index came from the cache)
 
-    def add_column(self, db_id: str, table: str, column: str, values: list[str], progress: bool = False) -> str:
+    def add_column(self, db_id: str, table: str, column: str, values: list[str]) -> str:
         """Index `values` (distinct, sorted) for (db_id, table, column); embed only if no cached index matches."""
-        key = content_key(self.embedder.name, values)
-        index_file, values_file = self.cache_dir / f"{key}.faiss", self.cache_dir / f"{key}.json"
-        if index_file.exists() and values_file.exists():
-            index = faiss.read_index(str(index_file))
-        else:
-            log.info("embedding %d values of %s.%s.%s", len(values), db_id, table, column)
-            self.embedded_values += len(values)
-            vectors = self.embedder.encode(values, progress=progress) if values else \
-                np.zeros((0, 384), dtype=np.float32)
-            index = faiss.IndexFlatIP(vectors.shape[1])
-            index.add(vectors)
-            tmp_index, tmp_values = (Path(f"{f}.tmp{os.getpid()}") for f in (index_file, values_file))
-            faiss.write_index(index, str(tmp_index))
-            tmp_values.write_text(json.dumps(values))
-            os.replace(tmp_values, values_file)  # values first: an index file present means both are complete
-            os.replace(tmp_index, index_file)
-        self._columns[(db_id, table, column)] = (_to_gpu_if_available(index), values)
-        return key
+        build = self.start_column(db_id, table, column, values)
+        while build.remaining:
+            build.step()
+        return build.key
+
+    def start_column(self, db_id: str, table: str, column: str, values: list[str],
+                     chunk: int = 2048) -> "ColumnBuild":
+        """A resumable build: `step()` embeds one chunk, so a caller (a Ray driver) can show progress between calls.
+        A cached index is loaded at once and the build has nothing remaining."""
+        return ColumnBuild(self, (db_id, table, column), values, chunk)
+
+    def _files(self, key: str) -> tuple[Path, Path]:
+        return self.cache_dir / f"{key}.faiss", self.cache_dir / f"{key}.json"
+
+    def _install(self, where: tuple[str, str, str], index: faiss.Index, values: list[str]) -> None:
+        self._columns[where] = (_to_gpu_if_available(index), values)
 
     def indexed(self, db_id: str) -> list[tuple[str, str]]:
         return sorted((t, c) for d, t, c in self._columns if d == db_id)
@@ -78,3 +76,47 @@ class ValueIndex:
         k = max(1, min(int(k), len(values)))
         _, ids = index.search(self.embedder.encode([query.lower()]), k)
         return [values[i] for i in ids[0] if i >= 0]
+
+
+class ColumnBuild:
+    """Embeds one column's values chunk by chunk, then saves the index atomically under its content key."""
+
+    def __init__(self, owner: ValueIndex, where: tuple[str, str, str], values: list[str], chunk: int):
+        self.owner, self.where, self.values, self.chunk = owner, where, values, chunk
+        self.key = content_key(owner.embedder.name, values)
+        self._vectors: list[np.ndarray] = []
+        self.done = 0
+        index_file, values_file = owner._files(self.key)
+        if index_file.exists() and values_file.exists():
+            owner._install(where, faiss.read_index(str(index_file)), values)
+            self.done = len(values)
+        elif not values:
+            self._finish()
+        else:
+            log.info("embedding %d values of %s", len(values), ".".join(where))
+
+    @property
+    def remaining(self) -> int:
+        return len(self.values) - self.done
+
+    def step(self) -> int:
+        """Embed the next chunk; returns how many values remain."""
+        batch = self.values[self.done:self.done + self.chunk]
+        self._vectors.append(self.owner.embedder.encode(batch))
+        self.owner.embedded_values += len(batch)
+        self.done += len(batch)
+        if not self.remaining:
+            self._finish()
+        return self.remaining
+
+    def _finish(self) -> None:
+        vectors = np.concatenate(self._vectors) if self._vectors else np.zeros((0, 384), dtype=np.float32)
+        index = faiss.IndexFlatIP(vectors.shape[1])
+        index.add(vectors)
+        index_file, values_file = self.owner._files(self.key)
+        tmp_index, tmp_values = (Path(f"{f}.tmp{os.getpid()}") for f in (index_file, values_file))
+        faiss.write_index(index, str(tmp_index))
+        tmp_values.write_text(json.dumps(self.values))
+        os.replace(tmp_values, values_file)  # values first: an index file present means both are complete
+        os.replace(tmp_index, index_file)
+        self.owner._install(self.where, index, self.values)

@@ -53,10 +53,22 @@ class ValueIndexActor:
     """Holds the embedding model and every FAISS index; asks Ray for a GPU when the cluster has one."""
 
     def __init__(self, cache_dir: str):
-        self.index = ValueIndex(cache_dir)
+        import os
 
-    def add_column(self, db_id, table, column, values):
-        return self.index.add_column(db_id, table, column, values)
+        import torch
+
+        # Ray pins actors to one OMP thread; index builds run before any trial, so let them use every core.
+        torch.set_num_threads(os.cpu_count() or 1)
+        self.index = ValueIndex(cache_dir)
+        self._build = None
+
+    def start_column(self, db_id, table, column, values) -> int:
+        """Begin indexing a column; returns how many values need embedding (0 when the cache has it)."""
+        self._build = self.index.start_column(db_id, table, column, values)
+        return self._build.remaining
+
+    def step(self) -> int:
+        return self._build.step()
 
     def search(self, db_id, table, column, query, k=100):
         return self.index.search(db_id, table, column, query, k)

@@ -42,9 +42,20 @@ def trial_task(task: Task, trial: int, attempt: int, db_handle, index_handle, se
 def build_indexes(db_handles: dict, index_handle) -> int:
     """Index every pre-indexed column of every database; returns the strings embedded (0 when all were cached)."""
     jobs = [(db_id, t, c) for db_id in db_handles for t, cols in INDEXED_COLUMNS[db_id].items() for c in cols]
-    for db_id, table, column in tqdm(jobs, desc="value indexes", unit="column"):
+    pending = []
+    for db_id, table, column in jobs:
         values = ray.get(db_handles[db_id].distinct_values.remote(table, column))
-        ray.get(index_handle.add_column.remote(db_id, table, column, values))
+        pending.append((f"{db_id}.{table}.{column}", len(values), values))
+    total = sum(n for _, n, _ in pending)
+    with tqdm(total=total, desc="value indexes", unit="value", unit_scale=True) as bar:
+        for name, n, values in pending:
+            bar.set_postfix_str(name)
+            remaining = ray.get(index_handle.start_column.remote(*name.split(".", 2), values))
+            bar.update(n - remaining)
+            while remaining:
+                left = ray.get(index_handle.step.remote())
+                bar.update(remaining - left)
+                remaining = left
     return ray.get(index_handle.embedded_values.remote())
 
 
