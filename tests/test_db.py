@@ -1,0 +1,32 @@
+import time
+
+import pytest
+
+from ehrbench.db.database import QueryError
+
+HOSTILE = ["INSERT INTO demographics VALUES (1, 1, 'm', 'x', NULL)", "UPDATE demographics SET gender = 'x'",
+           "DELETE FROM demographics", "DROP TABLE demographics", "ALTER TABLE demographics ADD COLUMN x",
+           "CREATE TABLE x (a)", "ATTACH DATABASE '/tmp/evil.db' AS evil", "PRAGMA writable_schema = 1",
+           "SELECT load_extension('/tmp/evil')"]
+
+
+@pytest.mark.parametrize("sql", HOSTILE)
+def test_writes_and_escapes_are_refused(dbs, sql):
+    db = dbs["mimic_iv_star"]
+    with pytest.raises(QueryError, match="refused"):
+        db.execute(sql)
+    assert db.execute("SELECT COUNT(*) FROM demographics").rows == [(100,)]
+
+
+def test_runaway_join_is_stopped_at_its_time_limit_and_the_connection_survives(dbs):
+    db = dbs["mimic_iv_star"]
+    start = time.monotonic()
+    with pytest.raises(QueryError, match="time limit"):
+        db.execute("SELECT COUNT(*) FROM labresults a, labresults b, labresults c", timeout_s=1.0)
+    assert time.monotonic() - start < 3.0
+    assert db.execute("SELECT 1").rows == [(1,)]
+
+
+def test_one_statement_only(dbs):
+    with pytest.raises(QueryError, match="one statement"):
+        dbs["mimic_iv_star"].execute("SELECT 1; SELECT 2")

@@ -1,0 +1,70 @@
+import json
+
+import pytest
+
+from ehrbench.benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS
+from ehrbench.benchmarks.ehrchatqa.tools import ToolSuite
+from ehrbench.benchmarks.ehrchatqa.web_search import VocabularyWebSearch
+
+from .conftest import EchoIndex
+
+
+@pytest.fixture(scope="module")
+def tools(dbs):
+    return ToolSuite("mimic_iv_star", dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch(),
+                     INDEXED_COLUMNS["mimic_iv_star"])
+
+
+def test_table_search_lists_tables(tools):
+    out = tools.call("table_search", {"tool_input": ""})
+    assert out.startswith("admissiondiagnoses, admissionprocedures, clinicalevents")
+    assert out.split(", ")[-1] == "procedurecodes"
+
+
+def test_column_search_rebuilds_ddl_with_three_rows_and_names_unknown_tables(tools):
+    out = tools.call("column_search", {"table_names": "demographics, icuepisodes"})
+    assert "CREATE TABLE demographics (" in out and "PRIMARY KEY (recordid)" in out
+    assert "/*\n3 rows from demographics table:\nrecordid\tpatientid\tgender\tdateofbirth\tdateofdeath\n" in out
+    assert "FOREIGN KEY(admissionid) REFERENCES hospitaladmissions (admissionid)" in out
+    assert out.count("*/") == 2 and "*/\n\n\nCREATE TABLE icuepisodes" in out
+    assert tools.call("column_search", {"table_names": "patients"}) == "Error: table_names {'patients'} not found in database"
+
+
+def test_value_substring_search_strings(tools):
+    out = tools.call("value_substring_search", {"table": "labtesttypes", "column": "itemname", "value": "TROPONIN"})
+    assert out == "Values in labtesttypes.itemname containing 'TROPONIN': ['troponin i', 'troponin t']."
+    assert tools.call("value_substring_search", {"table": "labtesttypes", "column": "itemname", "value": "zzz"}) == \
+        "No values in labtesttypes.itemname contain 'zzz'."
+    assert tools.call("value_substring_search", {"table": "labtesttypes", "column": "nope", "value": "x"}) == \
+        "Error: column 'nope' not found in table 'labtesttypes'"
+    assert tools.call("value_substring_search", {"table": "x'; DROP TABLE y; --", "column": "a", "value": "x"}).startswith(
+        "Error: table \"x'; DROP TABLE y; --\" not found")
+
+
+def test_value_similarity_search_strings(tools, dbs):
+    many = ToolSuite("mimic_iv_star", dbs["mimic_iv_star"], EchoIndex(["a", "b"]), None, INDEXED_COLUMNS["mimic_iv_star"])
+    args = {"table": "labtesttypes", "column": "itemname", "value": "hb"}
+    assert many.call("value_similarity_search", args) == "I found close matches in labtesttypes.itemname: ['a', 'b']."
+    assert tools.call("value_similarity_search", args) == "I found one close match in labtesttypes.itemname: ['hb']."
+    none = ToolSuite("mimic_iv_star", dbs["mimic_iv_star"], EchoIndex([]), None, INDEXED_COLUMNS["mimic_iv_star"])
+    assert none.call("value_similarity_search", args) == "No matches found in labtesttypes.itemname for 'hb'."
+    assert tools.call("value_similarity_search", {"table": "demographics", "column": "gender", "value": "f"}).startswith(
+        "Error: demographics.gender is not pre-indexed")
+
+
+def test_sql_execute_strings(tools):
+    assert tools.call("sql_execute", {"query": "SELECT COUNT(*) FROM demographics"}) == "[(100,)]"
+    out = tools.call("sql_execute", {"query": "SELECT patientid FROM demographics ORDER BY patientid", "k": 3})
+    head, note = out.split("\n\n")
+    assert len(eval(head)) == 3
+    assert note == "Note: There are 97 results not shown (out of 100 total results)."
+    assert tools.call("sql_execute", {"query": "SELECT * FROM patients"}) == "Error: no such table: patients"
+    assert tools.call("sql_execute", {"query": "DELETE FROM demographics"}).startswith("Error: query refused")
+    assert tools.call("sql_execute", {}) == "Error: missing required argument 'query'"
+    assert tools.call("nope", {}).startswith("Error: unknown tool 'nope'")
+
+
+def test_web_search_answers_brand_generic_from_the_vocabulary(tools):
+    results = json.loads(tools.call("web_search", {"query": "lopressor generic name"}))
+    assert 1 <= len(results) <= 10
+    assert "metoprolol tartrate" in results[0]["snippet"]
