@@ -13,7 +13,10 @@ from pathlib import Path
 
 from ....db.database import Database
 from ..tasks import FILE_FOR_TYPE, Task, save_tasks
+from functools import partial
+
 from . import eicu_star, mimic_iv_star
+from .adapt import SCENARIOS
 from .common import Context, render_answer
 
 TEMPLATES = {"mimic_iv_star": mimic_iv_star, "eicu_star": eicu_star}
@@ -26,11 +29,13 @@ def _usable(rows: list[tuple]) -> bool:
 
 def generate(db: Database, db_id: str, seed: int = 0, per_template: int = 16) -> dict[str, list[Task]]:
     module = TEMPLATES[db_id]
+    flows = {"incre": [(t.__name__, t) for t in module.INCRE],
+             "adapt": [(s.__name__, partial(s, s=module.ADAPT)) for s in SCENARIOS]}
     out: dict[str, list[Task]] = {}
-    for flow, templates in (("incre", module.INCRE), ("adapt", module.ADAPT)):
+    for flow, templates in flows.items():
         tasks, seen = [], set()
-        for template in templates:
-            ctx = Context(db=db, rng=random.Random(f"{seed}/{db_id}/{template.__name__}"))
+        for name, template in templates:
+            ctx = Context(db=db, rng=random.Random(f"{seed}/{db_id}/{name}"))
             kept = 0
             for draft in template(ctx):
                 if draft.key in seen or kept >= per_template:

@@ -5,7 +5,6 @@ from typing import Iterator
 
 from ....schemas.eicu_star import shows_brand
 from .common import WINDOWS, Context, Draft, lay, q
-from .mimic_iv_star import LAB_ALTERNATIVES, PROCEDURE_ALTERNATIVES, WORDS_PLEASE
 
 NOW = "'2100-12-31 23:59:00'"
 STAY_WORDS = {"last": "most recent hospital stay", "first": "first hospital stay"}
@@ -177,174 +176,109 @@ INCRE = [cond_patients, patient_lab, patient_medication, drug_patients, top_cond
 
 
 # ---------------------------------------------------------------------------------------------------------- AdaptQA
-def _patient_drugs(ctx: Context) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for pid, s in ctx.rows("SELECT DISTINCT p.patient_id, m.drug_name FROM prescription m JOIN icupatient p ON m.unit_id = p.unit_id"):
-        out.setdefault(pid, set()).add(_generic_of(ctx, s))
-    return out
+PRESCRIBED = "FROM prescription m JOIN icupatient p ON m.unit_id = p.unit_id WHERE p.patient_id = {pid}"
+DIAGNOSED = "FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id WHERE p.patient_id = {pid}"
+TREATED = "FROM treatment t JOIN icupatient p ON t.unit_id = p.unit_id WHERE p.patient_id = {pid}"
 
 
 def _drug_filter(names: list[str]) -> str:
-    return " OR ".join(f"m.drug_name LIKE {q(n + ' %')}" for n in names)
+    """eICU stores "<generic> <strength> <form>": match the generic as the leading word(s)."""
+    return " OR ".join(f"m.drug_name LIKE {q(n + ' %')}" for n in sorted(names))
 
 
-PRESCRIBED = "FROM prescription m JOIN icupatient p ON m.unit_id = p.unit_id WHERE p.patient_id = {pid}"
+def _in(values) -> str:
+    return ", ".join(q(v) for v in sorted(values))
 
 
-def brand_generic(ctx: Context) -> Iterator[Draft]:
-    pairs = [(pid, d) for pid, ds in _patient_drugs(ctx).items() for d in sorted(ds)
-             if ctx.vocab.drugs[d].brands and not shows_brand(ctx.vocab.drugs[d])]
-    for pid, drug in ctx.sample(pairs, 8):
-        brand = ctx.vocab.drugs[drug].brands[0]
+class EicuAdapt:
+    """eICU* gold SQL and candidate lookups for the AdaptQA scenarios of `adapt.py`."""
+    patient = "patient {}"
+    entries = "medication entries"
+    coding_note = ""
+
+    def patient_drugs(self, ctx: Context) -> dict:
+        out: dict = {}
+        for pid, s in ctx.rows("SELECT DISTINCT p.patient_id, m.drug_name FROM prescription m "
+                               "JOIN icupatient p ON m.unit_id = p.unit_id ORDER BY 1, 2"):
+            generic = _generic_of(ctx, s)
+            if generic not in out.setdefault(pid, []):
+                out[pid].append(generic)
+        return out
+
+    def stores_brand(self, ctx: Context, drug: str) -> bool:
+        return shows_brand(ctx.vocab.drugs[drug])
+
+    def brand_or_generic_count(self, ctx, pid, brand, generic):
         src = PRESCRIBED.format(pid=q(pid))
-        sql = (f"WITH brand AS ( SELECT m.prescription_id {src} AND m.drug_name LIKE {q('%' + brand + '%')} ), "
-               f"generic AS ( SELECT m.prescription_id {src} AND m.drug_name LIKE {q('%' + drug + '%')} ) "
-               "SELECT CASE WHEN EXISTS (SELECT 1 FROM brand) THEN (SELECT COUNT(*) FROM brand) ELSE (SELECT COUNT(*) FROM generic) END")
-        yield Draft(["Your goal is to check a patient's prescriptions for a specific medication.",
-                     f"Specifically, you are interested in patient {pid} and want to know how many times they were prescribed {brand.title()}.",
-                     f"If no {brand.title()} prescriptions are found, you want the same count for its generic equivalent, "
-                     "without naming the generic yourself.", WORDS_PLEASE], sql, "brand-generic name resolution", f"bg/{pid}/{drug}")
+        return (f"WITH brand AS ( SELECT m.prescription_id {src} AND m.drug_name LIKE {q('%' + brand + '%')} ), "
+                f"generic AS ( SELECT m.prescription_id {src} AND m.drug_name LIKE {q('%' + generic + '%')} ) "
+                "SELECT CASE WHEN EXISTS (SELECT 1 FROM brand) THEN (SELECT COUNT(*) FROM brand) ELSE (SELECT COUNT(*) FROM generic) END")
+
+    def drugs_unless(self, ctx, pid, names, exclude, cte):
+        src = PRESCRIBED.format(pid=q(pid))
+        return (f"WITH target AS ( SELECT 1 {src} AND ({_drug_filter(exclude)}) ), "
+                f"{cte} AS ( SELECT DISTINCT m.drug_name {src} AND ({_drug_filter(names)}) ) "
+                f"SELECT drug_name FROM {cte} WHERE NOT EXISTS (SELECT 1 FROM target)")
+
+    def condition_patients(self, ctx, key):
+        return ctx.column(f"SELECT DISTINCT p.patient_id FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id "
+                          f"WHERE c.condition_name = {q(ctx.vocab.conditions[key].eicu)} ORDER BY 1")
+
+    def patient_conditions(self, ctx):
+        out: dict = {}
+        for pid, name in ctx.rows("SELECT DISTINCT p.patient_id, c.condition_name FROM condition c "
+                                  "JOIN icupatient p ON c.unit_id = p.unit_id"):
+            out.setdefault(pid, set()).add(name)
+        return out
+
+    def condition_names(self, ctx, key):
+        return {ctx.vocab.conditions[key].eicu}
+
+    def related_unless(self, ctx, pid, target, related):
+        src = DIAGNOSED.format(pid=q(pid))
+        return (f"WITH target AS ( SELECT 1 {src} AND c.condition_name IN ({_in(target)}) ), related AS ( SELECT DISTINCT "
+                f"c.condition_name {src} AND c.condition_name IN ({_in(related)}) ) "
+                "SELECT condition_name FROM related WHERE NOT EXISTS (SELECT 1 FROM target)")
+
+    def lab_patients(self, ctx, lab):
+        return set(ctx.column("SELECT DISTINCT p.patient_id FROM lab l JOIN icupatient p ON l.unit_id = p.unit_id "
+                              f"WHERE l.lab_name = {q(ctx.vocab.labs[lab]['eicu'])}"))
+
+    def max_lab_or_alternative(self, ctx, pid, lab, alternative):
+        src = f"SELECT l.lab_result FROM lab l JOIN icupatient p ON l.unit_id = p.unit_id WHERE p.patient_id = {q(pid)} AND l.lab_name = "
+        return (f"WITH a AS ( {src}{q(ctx.vocab.labs[lab]['eicu'])} ), b AS ( {src}{q(ctx.vocab.labs[alternative]['eicu'])} ) "
+                "SELECT CASE WHEN EXISTS (SELECT 1 FROM a) THEN (SELECT MAX(lab_result) FROM a) ELSE (SELECT MAX(lab_result) FROM b) END")
+
+    def patient_procedures(self, ctx):
+        out: dict = {}
+        for pid, name in ctx.rows("SELECT DISTINCT p.patient_id, t.treatment_name FROM treatment t "
+                                  "JOIN icupatient p ON t.unit_id = p.unit_id"):
+            out.setdefault(pid, set()).add(name)
+        return out
+
+    def procedure_names(self, ctx, key):
+        return {ctx.vocab.procedures[key].eicu}
+
+    def procedure_unless(self, ctx, pid, key, alternative):
+        src = TREATED.format(pid=q(pid))
+        a, b = ctx.vocab.procedures[key].eicu, ctx.vocab.procedures[alternative].eicu
+        return (f"WITH a AS ( SELECT 1 {src} AND t.treatment_name = {q(a)} ), b AS ( SELECT DISTINCT t.treatment_name "
+                f"{src} AND t.treatment_name = {q(b)} ) SELECT treatment_name FROM b WHERE NOT EXISTS (SELECT 1 FROM a)")
+
+    def cohort_with_fallback(self, ctx, key, lab, threshold, heart_rate):
+        ctes = (f"cond AS ( SELECT DISTINCT p.patient_id FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id "
+                f"WHERE c.condition_name = {q(ctx.vocab.conditions[key].eicu)} ), lab_hit AS ( SELECT DISTINCT p.patient_id "
+                f"FROM lab l JOIN icupatient p ON l.unit_id = p.unit_id WHERE l.lab_name = {q(ctx.vocab.labs[lab]['eicu'])} "
+                f"AND l.lab_result > {threshold:g} ), tachy AS ( SELECT DISTINCT p.patient_id FROM vital_signs v "
+                f"JOIN icupatient p ON v.unit_id = p.unit_id WHERE v.heart_rate > {heart_rate} )")
+        full = ("SELECT COUNT(*) FROM cond JOIN lab_hit ON cond.patient_id = lab_hit.patient_id "
+                "JOIN tachy ON cond.patient_id = tachy.patient_id")
+        relaxed = "SELECT COUNT(*) FROM cond JOIN lab_hit ON cond.patient_id = lab_hit.patient_id"
+        return f"WITH {ctes} SELECT CASE WHEN ({full}) > 0 THEN ({full}) ELSE ({relaxed}) END"
+
+    def cohort_count(self, ctx, key):
+        return (f"WITH cond AS ( SELECT DISTINCT p.patient_id FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id "
+                f"WHERE c.condition_name = {q(ctx.vocab.conditions[key].eicu)} ) SELECT COUNT(*) FROM cond")
 
 
-def _drug_strings_sql(pid: str, names: list[str], exclude: list[str], label: str) -> str:
-    src = PRESCRIBED.format(pid=q(pid))
-    return (f"WITH target AS ( SELECT 1 {src} AND ({_drug_filter(exclude)}) ), "
-            f"{label} AS ( SELECT DISTINCT m.drug_name {src} AND ({_drug_filter(names)}) ) "
-            f"SELECT drug_name FROM {label} WHERE NOT EXISTS (SELECT 1 FROM target)")
-
-
-def within_class(ctx: Context) -> Iterator[Draft]:
-    found = 0
-    drugs = _patient_drugs(ctx)
-    for pid in ctx.sample(sorted(drugs), len(drugs)):
-        for cls in ("statin", "ssri", "beta blocker", "ace inhibitor", "anticoagulant", "antiepileptic", "loop diuretic"):
-            members = [d.name for d in ctx.vocab.drugs_in_class(cls)]
-            have = sorted(drugs[pid] & set(members))
-            missing = [m for m in members if m not in drugs[pid]]
-            if len(have) != 1 or not missing or found >= 8:
-                continue
-            target = ctx.rng.choice(missing)
-            found += 1
-            label = ctx.vocab.drug_classes[cls]["label"]
-            sql = _drug_strings_sql(pid, [m for m in members if m != target], [target], "same_class")
-            yield Draft(["Your goal is to explore a patient's medications within one drug class.",
-                         f"Specifically, you want to know whether patient {pid} was prescribed {target}.",
-                         f"If not, you want to know which other drugs of the same class ({label}) the patient was prescribed.",
-                         "You want the medication entries exactly as stored in the database."], sql, "within-class drug adaptation", f"wc/{pid}/{cls}")
-
-
-def cross_class(ctx: Context) -> Iterator[Draft]:
-    drugs = _patient_drugs(ctx)
-    found = 0
-    for key in ("hyperlipidemia", "hypertension", "depression", "diabetes", "copd", "atrial fibrillation"):
-        c = ctx.vocab.conditions[key]
-        first = [d.name for d in ctx.vocab.drugs_in_class(c.drug_classes[0])]
-        rest = [d.name for cls in c.drug_classes[1:] for d in ctx.vocab.drugs_in_class(cls)]
-        dx = ctx.column(f"SELECT DISTINCT p.patient_id FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id "
-                        f"WHERE c.condition_name = {q(c.eicu)} ORDER BY 1")
-        for pid in dx:
-            have = drugs.get(pid, set())
-            if have & set(first) or not 1 <= len(have & set(rest)) <= 2 or found >= 8:
-                continue
-            found += 1
-            label = ctx.vocab.drug_classes[c.drug_classes[0]]["label"]
-            yield Draft(["Your goal is to review how a patient's condition was treated.",
-                         f"Specifically, you want to know whether patient {pid}, who has {lay(c.lay, ctx.rng)}, was prescribed any {label}.",
-                         f"If no such drug was prescribed, you want to know which drugs from other classes used to treat {c.key} the patient received.",
-                         "You want the medication entries exactly as stored in the database."],
-                        _drug_strings_sql(pid, rest, first, "other_classes"), "cross-class drug substitution", f"cc/{pid}/{key}")
-
-
-def related_condition(ctx: Context) -> Iterator[Draft]:
-    by_patient: dict[str, set[str]] = {}
-    for pid, name in ctx.rows("SELECT DISTINCT p.patient_id, c.condition_name FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id"):
-        by_patient.setdefault(pid, set()).add(name)
-    found = 0
-    for key, c in ctx.sample(list(ctx.vocab.conditions.items()), 100):
-        rel = {ctx.vocab.conditions[r].eicu for r in c.related}
-        for pid in sorted(by_patient):
-            if found >= 6 or c.eicu in by_patient[pid] or len(by_patient[pid] & rel) != 1:
-                continue
-            found += 1
-            src = "FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id WHERE p.patient_id = " + q(pid)
-            sql = (f"WITH target AS ( SELECT 1 {src} AND c.condition_name = {q(c.eicu)} ), related AS ( SELECT DISTINCT "
-                   f"c.condition_name {src} AND c.condition_name IN ({', '.join(q(r) for r in sorted(rel))}) ) "
-                   "SELECT condition_name FROM related WHERE NOT EXISTS (SELECT 1 FROM target)")
-            yield Draft(["Your goal is to check a patient's diagnoses.",
-                         f"Specifically, you want to know whether patient {pid} was diagnosed with {lay(c.lay, ctx.rng)}.",
-                         f"If not, you want to know whether the patient was diagnosed with any condition clinically related to "
-                         f"{c.key} (such as its known complications or comorbidities: {', '.join(c.related)}).",
-                         "You want the diagnosis names exactly as stored in the database."], sql, "clinically related condition lookup", f"rc/{pid}/{key}")
-            break
-
-
-def alternative_lab(ctx: Context) -> Iterator[Draft]:
-    for a, b, purpose in LAB_ALTERNATIVES:
-        la, lb = ctx.vocab.labs[a], ctx.vocab.labs[b]
-        sel = "SELECT DISTINCT p.patient_id FROM lab l JOIN icupatient p ON l.unit_id = p.unit_id WHERE l.lab_name = "
-        have_b, have_a = set(ctx.column(sel + q(lb["eicu"]))), set(ctx.column(sel + q(la["eicu"])))
-        for pid in ctx.sample(sorted(have_b - have_a), 2):
-            src = f"FROM lab l JOIN icupatient p ON l.unit_id = p.unit_id WHERE p.patient_id = {q(pid)} AND l.lab_name = "
-            sql = (f"WITH a AS ( SELECT l.lab_result {src}{q(la['eicu'])} ), b AS ( SELECT l.lab_result {src}{q(lb['eicu'])} ) "
-                   "SELECT CASE WHEN EXISTS (SELECT 1 FROM a) THEN (SELECT MAX(lab_result) FROM a) ELSE (SELECT MAX(lab_result) FROM b) END")
-            yield Draft(["Your goal is to assess a patient's lab results.",
-                         f"Specifically, you want the highest {la['lay'][0]} value ever recorded for patient {pid}.",
-                         f"If that test was never done, you want the highest value of a clinically equivalent alternative test "
-                         f"used to assess {purpose}, without naming it yourself.", "You want the value exactly as recorded."],
-                        sql, "alternative lab test for condition", f"al/{pid}/{a}")
-
-
-def alternative_procedure(ctx: Context) -> Iterator[Draft]:
-    rows = ctx.rows("SELECT DISTINCT p.patient_id, t.treatment_name FROM treatment t JOIN icupatient p ON t.unit_id = p.unit_id")
-    for a, b in PROCEDURE_ALTERNATIVES:
-        pa, pb = ctx.vocab.procedures[a], ctx.vocab.procedures[b]
-        with_b = {pid for pid, n in rows if n == pb.eicu}
-        with_a = {pid for pid, n in rows if n == pa.eicu}
-        for pid in ctx.sample(sorted(with_b - with_a), 2):
-            src = "FROM treatment t JOIN icupatient p ON t.unit_id = p.unit_id WHERE p.patient_id = " + q(pid)
-            sql = (f"WITH a AS ( SELECT 1 {src} AND t.treatment_name = {q(pa.eicu)} ), b AS ( SELECT DISTINCT t.treatment_name "
-                   f"{src} AND t.treatment_name = {q(pb.eicu)} ) SELECT treatment_name FROM b WHERE NOT EXISTS (SELECT 1 FROM a)")
-            yield Draft(["Your goal is to review the treatments a patient received.",
-                         f"Specifically, you want to know whether patient {pid} had {pa.lay[0]}.",
-                         f"If not, you want to know which alternative treatment for the same clinical purpose "
-                         f"({pb.lay[-1]} or similar) the patient had.", "You want the treatment name exactly as stored in the database."],
-                        sql, "alternative procedure for treatment", f"ap/{pid}/{a}")
-
-
-def compound_fallback(ctx: Context) -> Iterator[Draft]:
-    for key in ("diabetes", "chronic kidney disease", "sepsis", "acute kidney injury", "anemia", "heart failure"):
-        c = ctx.vocab.conditions[key]
-        lab = ctx.vocab.labs[next(iter(c.labs), "glucose")]
-        thr = round(lab["mean"] * 1.2, lab["decimals"])
-        for hr in (200, 220):
-            ctes = (f"cond AS ( SELECT DISTINCT p.patient_id FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id "
-                    f"WHERE c.condition_name = {q(c.eicu)} ), lab_hit AS ( SELECT DISTINCT p.patient_id FROM lab l JOIN icupatient p "
-                    f"ON l.unit_id = p.unit_id WHERE l.lab_name = {q(lab['eicu'])} AND l.lab_result > {thr:g} ), "
-                    f"tachy AS ( SELECT DISTINCT p.patient_id FROM vital_signs v JOIN icupatient p ON v.unit_id = p.unit_id "
-                    f"WHERE v.heart_rate > {hr} )")
-            full = ("SELECT COUNT(*) FROM cond JOIN lab_hit ON cond.patient_id = lab_hit.patient_id "
-                    "JOIN tachy ON cond.patient_id = tachy.patient_id")
-            relaxed = "SELECT COUNT(*) FROM cond JOIN lab_hit ON cond.patient_id = lab_hit.patient_id"
-            yield Draft(["Your goal is to find a cohort of ICU patients meeting several clinical criteria.",
-                         f"Specifically, you want patients diagnosed with {lay(c.lay, ctx.rng)} who had a {lab['lay'][0]} value above {thr:g}.",
-                         f"You also want them to have had a heart rate above {hr} at some point.",
-                         "If no patient meets all criteria, you want to drop the heart rate criterion but keep the others.", WORDS_PLEASE],
-                        f"WITH {ctes} SELECT CASE WHEN ({full}) > 0 THEN ({full}) ELSE ({relaxed}) END",
-                        "compound criteria with fallback", f"cf/{key}/{hr}")
-
-
-def schema_fallback(ctx: Context) -> Iterator[Draft]:
-    registries = [("cancer registry", "breast cancer"), ("cancer registry", "colon cancer"), ("cancer registry", "liver neoplasm"),
-                  ("chronic disease registry", "chronic kidney disease"), ("problem list", "hypertension"), ("problem list", "copd")]
-    for table, key in registries:
-        c = ctx.vocab.conditions[key]
-        sql = (f"WITH cond AS ( SELECT DISTINCT p.patient_id FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id "
-               f"WHERE c.condition_name = {q(c.eicu)} ) SELECT COUNT(*) FROM cond")
-        yield Draft(["Your goal is to count patients with a condition using a dedicated table.",
-                     f"Specifically, you want to know how many patients in the {table} table have {lay(c.lay, ctx.rng)}.",
-                     "If there is no such table, you want the same count taken from the general diagnosis records.", WORDS_PLEASE],
-                    sql, "schema fallback handling", f"sf/{table}/{key}")
-
-
-ADAPT = [brand_generic, within_class, cross_class, related_condition, alternative_lab, alternative_procedure,
-         compound_fallback, schema_fallback]
+ADAPT = EicuAdapt()

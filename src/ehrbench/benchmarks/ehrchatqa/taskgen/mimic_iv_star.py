@@ -210,190 +210,93 @@ INCRE = [dx_patients, patient_lab, patient_medication, drug_patients, top_diagno
 
 
 # ---------------------------------------------------------------------------------------------------------- AdaptQA
-WORDS_PLEASE = "You want the answer as a number written in words (e.g., ten)."
+def _in(values) -> str:
+    return ", ".join(q(v) for v in sorted(values))
 
 
-def brand_generic(ctx: Context) -> Iterator[Draft]:
-    rows = ctx.rows("SELECT patientid, medicationname, COUNT(*) FROM medicationorders GROUP BY 1, 2")
-    for pid, drug, _ in ctx.sample([r for r in rows if ctx.vocab.drugs[r[1]].brands], 8):
-        brand = ctx.vocab.drugs[drug].brands[0]
-        sql = (f"WITH brand AS ( SELECT recordid FROM medicationorders WHERE patientid = {pid} AND medicationname LIKE {q('%' + brand + '%')} ), "
-               f"generic AS ( SELECT recordid FROM medicationorders WHERE patientid = {pid} AND medicationname LIKE {q('%' + drug + '%')} ) "
-               "SELECT CASE WHEN EXISTS (SELECT 1 FROM brand) THEN (SELECT COUNT(*) FROM brand) ELSE (SELECT COUNT(*) FROM generic) END")
-        yield Draft(["Your goal is to check a patient's prescriptions for a specific medication.",
-                     f"Specifically, you are interested in patient ID {pid} and want to know how many times they were prescribed {brand.title()}.",
-                     f"If no {brand.title()} prescriptions are found, you want the same count for its generic equivalent, "
-                     "without naming the generic yourself.", WORDS_PLEASE], sql, "brand-generic name resolution", f"bg/{pid}/{drug}")
+class MimicAdapt:
+    """MIMIC-IV* gold SQL and candidate lookups for the AdaptQA scenarios of `adapt.py`."""
+    patient = "patient ID {}"
+    entries = "drug names"
+    coding_note = " (coded in either ICD-9 or ICD-10)"
 
+    def patient_drugs(self, ctx: Context) -> dict:
+        out: dict = {}
+        for pid, drug in ctx.rows("SELECT DISTINCT patientid, medicationname FROM medicationorders ORDER BY 1, 2"):
+            out.setdefault(pid, []).append(drug)
+        return out
 
-def _class_members(ctx: Context, cls: str) -> list[str]:
-    return [d.name for d in ctx.vocab.drugs_in_class(cls)]
+    def stores_brand(self, ctx: Context, drug: str) -> bool:
+        return False
 
+    def brand_or_generic_count(self, ctx, pid, brand, generic):
+        return (f"WITH brand AS ( SELECT recordid FROM medicationorders WHERE patientid = {pid} AND medicationname LIKE {q('%' + brand + '%')} ), "
+                f"generic AS ( SELECT recordid FROM medicationorders WHERE patientid = {pid} AND medicationname LIKE {q('%' + generic + '%')} ) "
+                "SELECT CASE WHEN EXISTS (SELECT 1 FROM brand) THEN (SELECT COUNT(*) FROM brand) ELSE (SELECT COUNT(*) FROM generic) END")
 
-def within_class(ctx: Context) -> Iterator[Draft]:
-    rows = ctx.rows("SELECT DISTINCT patientid, medicationname FROM medicationorders")
-    by_patient: dict[int, set[str]] = {}
-    for pid, drug in rows:
-        by_patient.setdefault(pid, set()).add(drug)
-    found = 0
-    for pid in ctx.sample(sorted(by_patient), len(by_patient)):
-        for cls in ("statin", "ssri", "beta blocker", "ace inhibitor", "anticoagulant", "antiepileptic", "loop diuretic"):
-            members = _class_members(ctx, cls)
-            have = sorted(by_patient[pid] & set(members))
-            missing = [m for m in members if m not in by_patient[pid]]
-            if len(have) != 1 or not missing or found >= 8:
-                continue
-            target = ctx.rng.choice(missing)
-            label = ctx.vocab.drug_classes[cls]["label"]
-            others = ", ".join(q(m) for m in members if m != target)
-            sql = (f"WITH target AS ( SELECT 1 FROM medicationorders WHERE patientid = {pid} AND medicationname LIKE {q('%' + target + '%')} ), "
-                   f"same_class AS ( SELECT DISTINCT medicationname FROM medicationorders WHERE patientid = {pid} AND medicationname IN ({others}) ) "
-                   "SELECT medicationname FROM same_class WHERE NOT EXISTS (SELECT 1 FROM target)")
-            found += 1
-            yield Draft(["Your goal is to explore a patient's medications within one drug class.",
-                         f"Specifically, you want to know whether patient ID {pid} was prescribed {target}.",
-                         f"If not, you want to know which other drugs of the same class ({label}) the patient was prescribed.",
-                         "You want the drug names exactly as stored in the database."], sql, "within-class drug adaptation", f"wc/{pid}/{cls}")
+    def drugs_unless(self, ctx, pid, names, exclude, cte):
+        return (f"WITH target AS ( SELECT 1 FROM medicationorders WHERE patientid = {pid} AND medicationname IN ({_in(exclude)}) ), "
+                f"{cte} AS ( SELECT DISTINCT medicationname FROM medicationorders WHERE patientid = {pid} AND medicationname IN ({_in(names)}) ) "
+                f"SELECT medicationname FROM {cte} WHERE NOT EXISTS (SELECT 1 FROM target)")
 
+    def condition_patients(self, ctx, key):
+        return ctx.column(f"SELECT DISTINCT ad.patientid FROM {DX_JOIN} WHERE dc.description IN ({dx_descriptions(ctx, key)}) ORDER BY 1")
 
-def cross_class(ctx: Context) -> Iterator[Draft]:
-    rows = ctx.rows("SELECT DISTINCT patientid, medicationname FROM medicationorders")
-    by_patient: dict[int, set[str]] = {}
-    for pid, drug in rows:
-        by_patient.setdefault(pid, set()).add(drug)
-    found = 0
-    for key in ("hyperlipidemia", "hypertension", "depression", "diabetes", "copd", "atrial fibrillation"):
+    def patient_conditions(self, ctx):
+        out: dict = {}
+        for pid, desc in ctx.rows(f"SELECT DISTINCT ad.patientid, dc.description FROM {DX_JOIN}"):
+            out.setdefault(pid, set()).add(desc)
+        return out
+
+    def condition_names(self, ctx, key):
         c = ctx.vocab.conditions[key]
-        first, rest = c.drug_classes[0], c.drug_classes[1:]
-        first_members = _class_members(ctx, first)
-        rest_members = [m for cls in rest for m in _class_members(ctx, cls)]
-        dx_pids = set(ctx.column(f"SELECT DISTINCT ad.patientid FROM {DX_JOIN} WHERE dc.description IN ({dx_descriptions(ctx, key)})"))
-        for pid in sorted(dx_pids):
-            have = by_patient.get(pid, set())
-            alt = sorted(have & set(rest_members))
-            if have & set(first_members) or not 1 <= len(alt) <= 2 or found >= 8:
-                continue
-            found += 1
-            label = ctx.vocab.drug_classes[first]["label"]
-            sql = (f"WITH first_line AS ( SELECT 1 FROM medicationorders WHERE patientid = {pid} AND medicationname IN ({', '.join(q(m) for m in first_members)}) ), "
-                   f"other_classes AS ( SELECT DISTINCT medicationname FROM medicationorders WHERE patientid = {pid} "
-                   f"AND medicationname IN ({', '.join(q(m) for m in rest_members)}) ) "
-                   "SELECT medicationname FROM other_classes WHERE NOT EXISTS (SELECT 1 FROM first_line)")
-            yield Draft(["Your goal is to review how a patient's condition was treated.",
-                         f"Specifically, you want to know whether patient ID {pid}, who has {lay(c.lay, ctx.rng)}, was prescribed any {label}.",
-                         f"If no such drug was prescribed, you want to know which drugs from other classes used to treat {c.key} the patient received.",
-                         "You want the drug names exactly as stored in the database."], sql, "cross-class drug substitution", f"cc/{pid}/{key}")
+        return {ctx.vocab.diagnosis_description(c.icd9, 9), ctx.vocab.diagnosis_description(c.icd10, 10)}
+
+    def related_unless(self, ctx, pid, target, related):
+        return (f"WITH target AS ( SELECT 1 FROM {DX_JOIN} WHERE ad.patientid = {pid} AND dc.description IN ({_in(target)}) ), "
+                f"related AS ( SELECT DISTINCT dc.description FROM {DX_JOIN} WHERE ad.patientid = {pid} AND dc.description IN ({_in(related)}) ) "
+                "SELECT description FROM related WHERE NOT EXISTS (SELECT 1 FROM target)")
+
+    def lab_patients(self, ctx, lab):
+        return set(ctx.column(f"SELECT DISTINCT patientid FROM labresults WHERE itemcode = {ctx.vocab.labs[lab]['mimic_id']}"))
+
+    def max_lab_or_alternative(self, ctx, pid, lab, alternative):
+        labs = ctx.vocab.labs
+        src = ("SELECT lr.resultvalue FROM labresults lr JOIN labtesttypes lt ON lr.itemcode = lt.itemcode "
+               f"WHERE lr.patientid = {pid} AND lt.itemname = ")
+        return (f"WITH a AS ( {src}{q(labs[lab]['mimic'])} ), b AS ( {src}{q(labs[alternative]['mimic'])} ) "
+                "SELECT CASE WHEN EXISTS (SELECT 1 FROM a) THEN (SELECT MAX(resultvalue) FROM a) ELSE (SELECT MAX(resultvalue) FROM b) END")
+
+    def patient_procedures(self, ctx):
+        out: dict = {}
+        for pid, desc in ctx.rows(f"SELECT DISTINCT ap.patientid, pc.description FROM {PX_JOIN}"):
+            out.setdefault(pid, set()).add(desc)
+        return out
+
+    def procedure_names(self, ctx, key):
+        p = ctx.vocab.procedures[key]
+        return {p.icd9[1], p.icd10[1]}
+
+    def procedure_unless(self, ctx, pid, key, alternative):
+        a, b = ctx.vocab.procedures[key], ctx.vocab.procedures[alternative]
+        return (f"WITH a AS ( SELECT 1 FROM {PX_JOIN} WHERE ap.patientid = {pid} AND pc.description IN ({_in({a.icd9[1], a.icd10[1]})}) ), "
+                f"b AS ( SELECT DISTINCT pc.description FROM {PX_JOIN} WHERE ap.patientid = {pid} AND pc.description IN ({_in({b.icd9[1], b.icd10[1]})}) ) "
+                "SELECT description FROM b WHERE NOT EXISTS (SELECT 1 FROM a)")
+
+    def cohort_with_fallback(self, ctx, key, lab, threshold, heart_rate):
+        name = ctx.vocab.labs[lab]["mimic"]
+        ctes = (f"dx AS ( SELECT DISTINCT ad.patientid FROM {DX_JOIN} WHERE dc.description IN ({dx_descriptions(ctx, key)}) ), "
+                f"lab AS ( SELECT DISTINCT lr.patientid FROM labresults lr JOIN labtesttypes lt ON lr.itemcode = lt.itemcode "
+                f"WHERE lt.itemname = {q(name)} AND lr.resultvalue > {threshold:g} ), "
+                f"tachy AS ( SELECT DISTINCT ce.patientid FROM clinicalevents ce JOIN clinicalitemtypes ci ON ce.itemcode = ci.itemcode "
+                f"WHERE ci.itemname = 'heart rate' AND ce.value > {heart_rate} )")
+        full = "SELECT COUNT(*) FROM dx JOIN lab ON dx.patientid = lab.patientid JOIN tachy ON dx.patientid = tachy.patientid"
+        relaxed = "SELECT COUNT(*) FROM dx JOIN lab ON dx.patientid = lab.patientid"
+        return f"WITH {ctes} SELECT CASE WHEN ({full}) > 0 THEN ({full}) ELSE ({relaxed}) END"
+
+    def cohort_count(self, ctx, key):
+        return (f"WITH dx AS ( SELECT DISTINCT ad.patientid FROM {DX_JOIN} WHERE dc.description IN ({dx_descriptions(ctx, key)}) ) "
+                "SELECT COUNT(*) FROM dx")
 
 
-def related_condition(ctx: Context) -> Iterator[Draft]:
-    dx = ctx.rows(f"SELECT DISTINCT ad.patientid, dc.description FROM {DX_JOIN}")
-    by_patient: dict[int, set[str]] = {}
-    for pid, desc in dx:
-        by_patient.setdefault(pid, set()).add(desc)
-    found = 0
-    for key, c in ctx.sample(list(ctx.vocab.conditions.items()), 100):
-        descs = {ctx.vocab.diagnosis_description(c.icd9, 9), ctx.vocab.diagnosis_description(c.icd10, 10)}
-        rel_descs = {ctx.vocab.diagnosis_description(ctx.vocab.conditions[r].icd9, 9) for r in c.related} | \
-                    {ctx.vocab.diagnosis_description(ctx.vocab.conditions[r].icd10, 10) for r in c.related}
-        for pid in sorted(by_patient):
-            if found >= 6 or by_patient[pid] & descs or len(by_patient[pid] & rel_descs) != 1:
-                continue
-            found += 1
-            sql = (f"WITH target AS ( SELECT 1 FROM {DX_JOIN} WHERE ad.patientid = {pid} AND dc.description IN ({', '.join(q(d) for d in sorted(descs))}) ), "
-                   f"related AS ( SELECT DISTINCT dc.description FROM {DX_JOIN} WHERE ad.patientid = {pid} "
-                   f"AND dc.description IN ({', '.join(q(d) for d in sorted(rel_descs))}) ) "
-                   "SELECT description FROM related WHERE NOT EXISTS (SELECT 1 FROM target)")
-            yield Draft(["Your goal is to check a patient's diagnoses.",
-                         f"Specifically, you want to know whether patient ID {pid} was diagnosed with {lay(c.lay, ctx.rng)}.",
-                         f"If not, you want to know whether the patient was diagnosed with any condition clinically related to "
-                         f"{c.key} (such as its known complications or comorbidities: {', '.join(c.related)}).",
-                         "You want the diagnosis names exactly as stored in the database."], sql, "clinically related condition lookup", f"rc/{pid}/{key}")
-            break
-
-
-LAB_ALTERNATIVES = [("troponin_i", "troponin_t", "myocardial damage"), ("hba1c", "glucose", "blood sugar control"),
-                    ("ck_mb", "troponin_t", "heart muscle injury"), ("ntprobnp", "sodium", "heart failure"),
-                    ("tsh", "cholesterol", "thyroid-related metabolism")]
-
-
-def alternative_lab(ctx: Context) -> Iterator[Draft]:
-    found = 0
-    for a, b, purpose in LAB_ALTERNATIVES:
-        la, lb = ctx.vocab.labs[a], ctx.vocab.labs[b]
-        have_b = set(ctx.column(f"SELECT DISTINCT patientid FROM labresults WHERE itemcode = {lb['mimic_id']}"))
-        have_a = set(ctx.column(f"SELECT DISTINCT patientid FROM labresults WHERE itemcode = {la['mimic_id']}"))
-        for pid in ctx.sample(sorted(have_b - have_a), 2):
-            found += 1
-            sql = (f"WITH a AS ( SELECT lr.resultvalue FROM labresults lr JOIN labtesttypes lt ON lr.itemcode = lt.itemcode "
-                   f"WHERE lr.patientid = {pid} AND lt.itemname = {q(la['mimic'])} ), "
-                   f"b AS ( SELECT lr.resultvalue FROM labresults lr JOIN labtesttypes lt ON lr.itemcode = lt.itemcode "
-                   f"WHERE lr.patientid = {pid} AND lt.itemname = {q(lb['mimic'])} ) "
-                   "SELECT CASE WHEN EXISTS (SELECT 1 FROM a) THEN (SELECT MAX(resultvalue) FROM a) ELSE (SELECT MAX(resultvalue) FROM b) END")
-            yield Draft(["Your goal is to assess a patient's lab results.",
-                         f"Specifically, you want the highest {la['lay'][0]} value ever recorded for patient ID {pid}.",
-                         f"If that test was never done, you want the highest value of a clinically equivalent alternative test "
-                         f"used to assess {purpose}, without naming it yourself.",
-                         "You want the value exactly as recorded."], sql, "alternative lab test for condition", f"al/{pid}/{a}")
-
-
-PROCEDURE_ALTERNATIVES = [("hemodialysis", "peritoneal dialysis"), ("peritoneal dialysis", "hemodialysis"),
-                          ("coronary stent", "cardiac catheterization"), ("coronary bypass", "coronary stent"),
-                          ("intubation", "mechanical ventilation long"), ("cholecystectomy", "egd")]
-
-
-def alternative_procedure(ctx: Context) -> Iterator[Draft]:
-    px = ctx.rows(f"SELECT DISTINCT ap.patientid, pc.description FROM {PX_JOIN}")
-    for a, b in PROCEDURE_ALTERNATIVES:
-        pa, pb = ctx.vocab.procedures[a], ctx.vocab.procedures[b]
-        with_b = {pid for pid, d in px if d in (pb.icd9[1], pb.icd10[1])}
-        with_a = {pid for pid, d in px if d in (pa.icd9[1], pa.icd10[1])}
-        for pid in ctx.sample(sorted(with_b - with_a), 2):
-            sql = (f"WITH a AS ( SELECT 1 FROM {PX_JOIN} WHERE ap.patientid = {pid} AND pc.description IN ({px_descriptions(ctx, a)}) ), "
-                   f"b AS ( SELECT DISTINCT pc.description FROM {PX_JOIN} WHERE ap.patientid = {pid} AND pc.description IN ({px_descriptions(ctx, b)}) ) "
-                   "SELECT description FROM b WHERE NOT EXISTS (SELECT 1 FROM a)")
-            yield Draft(["Your goal is to review the procedures a patient underwent.",
-                         f"Specifically, you want to know whether patient ID {pid} had {pa.lay[0]}.",
-                         f"If not, you want to know which alternative procedure for the same clinical purpose "
-                         f"({pb.lay[-1]} or similar) the patient had.",
-                         "You want the procedure name exactly as stored in the database."], sql, "alternative procedure for treatment", f"ap/{pid}/{a}")
-
-
-def compound_fallback(ctx: Context) -> Iterator[Draft]:
-    for key in ("diabetes", "chronic kidney disease", "sepsis", "acute kidney injury", "anemia", "heart failure"):
-        c = ctx.vocab.conditions[key]
-        lab_key = next(iter(c.labs), "glucose")
-        lab = ctx.vocab.labs[lab_key]
-        thr = round(lab["mean"] * 1.2, lab["decimals"])
-        for hr in (200, 220):
-            dx = f"dx AS ( SELECT DISTINCT ad.patientid FROM {DX_JOIN} WHERE dc.description IN ({dx_descriptions(ctx, key)}) )"
-            lab_cte = (f"lab AS ( SELECT DISTINCT lr.patientid FROM labresults lr JOIN labtesttypes lt ON lr.itemcode = lt.itemcode "
-                       f"WHERE lt.itemname = {q(lab['mimic'])} AND lr.resultvalue > {thr:g} )")
-            hr_cte = (f"tachy AS ( SELECT DISTINCT ce.patientid FROM clinicalevents ce JOIN clinicalitemtypes ci ON ce.itemcode = ci.itemcode "
-                      f"WHERE ci.itemname = 'heart rate' AND ce.value > {hr} )")
-            full = "SELECT COUNT(*) FROM dx JOIN lab ON dx.patientid = lab.patientid JOIN tachy ON dx.patientid = tachy.patientid"
-            relaxed = "SELECT COUNT(*) FROM dx JOIN lab ON dx.patientid = lab.patientid"
-            sql = f"WITH {dx}, {lab_cte}, {hr_cte} SELECT CASE WHEN ({full}) > 0 THEN ({full}) ELSE ({relaxed}) END"
-            yield Draft(["Your goal is to find a cohort of patients meeting several clinical criteria.",
-                         f"Specifically, you want patients diagnosed with {lay(c.lay, ctx.rng)} (either coding version) "
-                         f"who had a {lab['lay'][0]} value above {thr:g}.",
-                         f"You also want them to have had a heart rate above {hr} at some point.",
-                         "If no patient meets all criteria, you want to drop the heart rate criterion but keep the others.",
-                         WORDS_PLEASE], sql, "compound criteria with fallback", f"cf/{key}/{hr}")
-
-
-def schema_fallback(ctx: Context) -> Iterator[Draft]:
-    registries = [("cancer registry", "breast cancer"), ("cancer registry", "colon cancer"), ("cancer registry", "liver neoplasm"),
-                  ("chronic disease registry", "chronic kidney disease"), ("problem list", "hypertension"),
-                  ("problem list", "copd")]
-    for table, key in registries:
-        c = ctx.vocab.conditions[key]
-        sql = (f"WITH dx AS ( SELECT DISTINCT ad.patientid FROM {DX_JOIN} WHERE dc.description IN ({dx_descriptions(ctx, key)}) ) "
-               "SELECT COUNT(*) FROM dx")
-        yield Draft(["Your goal is to count patients with a condition using a dedicated table.",
-                     f"Specifically, you want to know how many patients in the {table} table have {lay(c.lay, ctx.rng)}.",
-                     "If there is no such table, you want the same count taken from the general diagnosis records, "
-                     "with the diagnosis coded in either ICD-9 or ICD-10.", WORDS_PLEASE], sql, "schema fallback handling", f"sf/{table}/{key}")
-
-
-ADAPT = [brand_generic, within_class, cross_class, related_condition, alternative_lab, alternative_procedure,
-         compound_fallback, schema_fallback]
+ADAPT = MimicAdapt()
