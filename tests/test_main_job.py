@@ -22,7 +22,7 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path):
     [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
     assert run.data.metrics["SR-3"] == 100.0 and run.data.metrics["trials_valid"] == 24
     assert run.data.params["benchmark.name"] == "ehrchatqa" and run.data.params["trials"] == "3"
-    traces = mlflow.search_traces(experiment_ids=[run.info.experiment_id], return_type="list", max_results=100)
+    traces = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list", max_results=100)
     assert len(traces) == 24
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert "results_table.txt" in artifacts and any(p.endswith(".jsonl") for p in artifacts)

@@ -1,4 +1,4 @@
-from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings, run_task_trial
+from ehrbench.benchmarks.ehrchatqa.benchmark import run_task_trial
 from ehrbench.benchmarks.ehrchatqa.tasks import load_task_dir
 from ehrbench.benchmarks.ehrchatqa.web_search import VocabularyWebSearch
 from ehrbench.trial import END_TOKEN, InfrastructureError, Limits, Message, ToolCall, run_trial

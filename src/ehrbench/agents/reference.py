@@ -11,7 +11,7 @@ import ast
 import sqlglot
 from sqlglot import exp
 
-from ..benchmarks.ehrchatqa.taskgen.common import render_answer
+from ..benchmarks.ehrchatqa.scorer import render_answer
 from ..trial import Message, ToolCall
 
 

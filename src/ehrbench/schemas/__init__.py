@@ -50,5 +50,4 @@ def build_database(db_id: str, spec: WorldSpec, root: Path, force: bool = False)
         return path
     world = generate_world(spec.seed, spec.size)
     schema = SCHEMAS[db_id]
-    rows = schema.render(world, dictionary=spec.dictionary) if db_id == mimic_iv_star.DB_ID else schema.render(world)
-    return write_sqlite(schema.metadata(), rows, path)
+    return write_sqlite(schema.metadata(), schema.render(world, dictionary=spec.dictionary), path)

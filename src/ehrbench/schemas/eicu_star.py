@@ -88,7 +88,8 @@ def _age_text(age: int) -> str:
     return "> 89" if age > 89 else str(age)
 
 
-def render(world: World) -> dict[str, list[dict]]:
+def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
+    """All eICU* rows of the world. `dictionary` is accepted for a uniform interface: eICU has no code tables."""
     v = vocabulary()
     rows = Rows(metadata())
     add = rows.add

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
+from num2words import num2words
+
 _ANSWER_TAG = re.compile(r"<\s*answer\s*>(.*?)<\s*/\s*answer\s*>", re.I | re.S)
 _ANSWER_FENCE = re.compile(r"```\s*answer\s*\n(.*?)```", re.I | re.S)
 # Tokens that may surround gold strings in a passing answer; longest first so ".0000" goes before ".0".
@@ -62,6 +64,28 @@ def incre_reward(queries: list[str], gold_answer: list[list], execute: Callable[
 
 
 # --- AdaptQA -----------------------------------------------------------------------------------------------------
+def words(n: int) -> str:
+    return num2words(int(n))
+
+
+def render_answer(rows: list[tuple]) -> list[list]:
+    """AdaptQA gold answers: counts as words, decimals rounded to 4 places, text as stored (paper A.6.2)."""
+    out = []
+    for row in rows:
+        vals = []
+        for v in row:
+            if isinstance(v, bool) or v is None:
+                vals.append(str(v))
+            elif isinstance(v, int):
+                vals.append(words(v))
+            elif isinstance(v, float):
+                vals.append(f"{round(v, 4):g}" if abs(v) < 1e15 else str(v))
+            else:
+                vals.append(str(v))
+        out.append(vals)
+    return out
+
+
 def extract_answers(message: str) -> list[str]:
     return _ANSWER_TAG.findall(message) + _ANSWER_FENCE.findall(message)
 

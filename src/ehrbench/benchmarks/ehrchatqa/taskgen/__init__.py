@@ -17,7 +17,8 @@ from functools import partial
 
 from . import eicu_star, mimic_iv_star
 from .adapt import SCENARIOS
-from .common import Context, render_answer
+from ..scorer import render_answer
+from .common import Context
 
 TEMPLATES = {"mimic_iv_star": mimic_iv_star, "eicu_star": eicu_star}
 MINIMUM = {"incre": 140, "adapt": 40}

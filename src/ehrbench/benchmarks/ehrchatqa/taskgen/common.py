@@ -11,8 +11,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from num2words import num2words
-
 from ....db.database import Database
 from ....world.vocab import Vocabulary, vocabulary
 
@@ -55,31 +53,8 @@ def q(value: str) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def words(n: int) -> str:
-    return num2words(int(n))
-
-
-def render_answer(rows: list[tuple]) -> list[list]:
-    """AdaptQA gold answers: counts as words, decimals rounded to 4 places, text as stored (paper A.6.2)."""
-    out = []
-    for row in rows:
-        vals = []
-        for v in row:
-            if isinstance(v, bool) or v is None:
-                vals.append(str(v))
-            elif isinstance(v, int):
-                vals.append(words(v))
-            elif isinstance(v, float):
-                vals.append(f"{round(v, 4):g}" if abs(v) < 1e15 else str(v))
-            else:
-                vals.append(str(v))
-        out.append(vals)
-    return out
-
-
 def lay(options: tuple[str, ...] | list[str], rng: random.Random) -> str:
     return rng.choice(list(options))
 
 
 WINDOWS = [(30, "30 days"), (60, "60 days"), (90, "90 days"), (180, "180 days"), (365, "365 days")]
-AGGREGATES = {"last": ("the most recent value", "DESC"), "first": ("the first value", "ASC")}
