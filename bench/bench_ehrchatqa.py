@@ -63,7 +63,7 @@ def main() -> None:
         t = time.perf_counter()
         embedded = build_indexes(dbs, index)
         dt = time.perf_counter() - t
-        rate = f", {embedded / dt:.0f} strings/s" if embedded else ""
+        rate = f", {embedded / dt:.0f} strings/s including the model load" if embedded else ""
         print(f"\nvalue indexes ({label} cache): {dt:.1f} s, {embedded:,} strings embedded{rate}")
         if label == "cold":
             ray.kill(index)
