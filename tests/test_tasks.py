@@ -31,6 +31,11 @@ def test_every_gold_sql_runs_and_gold_answer_is_its_result(tasks, dbs):
         assert expected == t.gold_answer, t.key
 
 
+def test_no_task_is_answered_by_a_bare_zero(tasks):
+    # under the lenient IncreQA rule any failed COUNT query would match a gold answer of [[0]]
+    assert [t.key for t in tasks if t.gold_answer in ([[0]], [[0.0]], [["zero"]])] == []
+
+
 def test_adapt_numeric_answers_are_words(tasks):
     counts = [t for t in tasks if t.task_type == "adapt" and "words" in t.instruction]
     assert counts and all(not t.gold_answer[0][0].isdigit() for t in counts)

@@ -3,7 +3,8 @@
     python -m ehrbench.benchmarks.ehrchatqa.taskgen [--out data/tasks/ehrchatqa] [--seed 0]
 
 Each gold SQL is executed and its result stored as the gold answer (AdaptQA counts as words). Drafts whose answer
-is empty (or all NULL) are dropped, duplicates are dropped, and each template contributes at most `per_template`.
+is empty, all NULL or a bare zero are dropped, duplicates are dropped, and each template contributes at most
+`per_template`.
 """
 from __future__ import annotations
 
@@ -15,23 +16,26 @@ from ....db.database import Database
 from ..tasks import FILE_FOR_TYPE, Task, save_tasks
 from functools import partial
 
-from . import eicu_star, mimic_iv_star
-from .adapt import SCENARIOS
+from . import adapt, eicu_star, incre, mimic_iv_star
 from ..scorer import render_answer
 from .common import Context
 
-TEMPLATES = {"mimic_iv_star": mimic_iv_star, "eicu_star": eicu_star}
+SCHEMAS = {"mimic_iv_star": mimic_iv_star.SCHEMA, "eicu_star": eicu_star.SCHEMA}
 MINIMUM = {"incre": 140, "adapt": 40}
 
 
 def _usable(rows: list[tuple]) -> bool:
-    return bool(rows) and any(r and r[0] is not None for r in rows) and len(rows) <= 30
+    """Non-empty, not all NULL, not a bare zero (under the lenient IncreQA rule any failed COUNT would match it),
+    and short enough to read back."""
+    if not rows or len(rows) > 30 or all(not r or r[0] is None for r in rows):
+        return False
+    return not (len(rows) == 1 and rows[0][0] in (0, 0.0, "0"))
 
 
 def generate(db: Database, db_id: str, seed: int = 0, per_template: int = 16) -> dict[str, list[Task]]:
-    module = TEMPLATES[db_id]
-    flows = {"incre": [(t.__name__, t) for t in module.INCRE],
-             "adapt": [(s.__name__, partial(s, s=module.ADAPT)) for s in SCENARIOS]}
+    schema = SCHEMAS[db_id]
+    flows = {"incre": [(t.__name__, partial(t, s=schema)) for t in incre.TEMPLATES],
+             "adapt": [(t.__name__, partial(t, s=schema)) for t in adapt.SCENARIOS]}
     out: dict[str, list[Task]] = {}
     for flow, templates in flows.items():
         tasks, seen = [], set()
@@ -43,8 +47,6 @@ def generate(db: Database, db_id: str, seed: int = 0, per_template: int = 16) ->
                     continue
                 rows = db.execute(draft.gold_sql, timeout_s=120, keep=1000).rows
                 if not _usable(rows):
-                    continue
-                if flow == "adapt" and rows[0][0] in (0, "0"):
                     continue
                 seen.add(draft.key)
                 kept += 1
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--db-root", default="data/generated")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    for db_id in TEMPLATES:
+    for db_id in SCHEMAS:
         db = Database(build_database(db_id, WorldSpec(seed=args.seed), Path(args.db_root)), db_id)
         for flow, tasks in generate(db, db_id, args.seed).items():
             path = Path(args.out) / db_id / FILE_FOR_TYPE[flow]

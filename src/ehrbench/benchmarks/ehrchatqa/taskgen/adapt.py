@@ -44,7 +44,7 @@ class AdaptSchema(Protocol):
     def procedure_names(self, ctx: Context, key: str) -> set[str]: ...
     def procedure_unless(self, ctx: Context, pid, key: str, alternative: str) -> str: ...
     def cohort_with_fallback(self, ctx: Context, key: str, lab: str, threshold: float, heart_rate: int) -> str: ...
-    def cohort_count(self, ctx: Context, key: str) -> str: ...
+    def condition_count(self, ctx: Context, key: str) -> str: ...
 
 
 def brand_generic(ctx: Context, s: AdaptSchema) -> Iterator[Draft]:
@@ -173,7 +173,7 @@ def schema_fallback(ctx: Context, s: AdaptSchema) -> Iterator[Draft]:
         yield Draft(["Your goal is to count patients with a condition using a dedicated table.",
                      f"Specifically, you want to know how many patients in the {table} table have {lay(c.lay, ctx.rng)}.",
                      f"If there is no such table, you want the same count taken from the general diagnosis "
-                     f"records{s.coding_note}.", WORDS_PLEASE], s.cohort_count(ctx, key), "schema fallback handling",
+                     f"records{s.coding_note}.", WORDS_PLEASE], s.condition_count(ctx, key), "schema fallback handling",
                     f"sf/{table}/{key}")
 
 

@@ -39,6 +39,13 @@ class Context:
     def column(self, sql: str) -> list:
         return [r[0] for r in self.rows(sql)]
 
+    def grouped(self, sql: str) -> dict:
+        """`SELECT key, value ...` as {key: set of values}."""
+        out: dict = {}
+        for key, value in self.rows(sql):
+            out.setdefault(key, set()).add(value)
+        return out
+
     def sample(self, items: list, n: int) -> list:
         items = list(items)
         self.rng.shuffle(items)
