@@ -68,3 +68,10 @@ def test_web_search_answers_brand_generic_from_the_vocabulary(tools):
     results = json.loads(tools.call("web_search", {"query": "lopressor generic name"}))
     assert 1 <= len(results) <= 10
     assert "metoprolol tartrate" in results[0]["snippet"]
+
+
+def test_unknown_web_search_backend_is_refused_at_settings_time():
+    from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings
+
+    with pytest.raises(ValueError, match="benchmark.web_search='bing' is unknown; choose one of \\['vocabulary'\\]"):
+        TrialSettings(web_search="bing")

@@ -71,7 +71,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     bench = cfg.benchmark
     settings = TrialSettings(agent=cfg.agent.name, user=cfg.user.name,
                              limits=Limits(max_steps=bench.max_steps, time_limit_s=bench.time_limit_s),
-                             sql_timeout_s=bench.sql_timeout_s)
+                             sql_timeout_s=bench.sql_timeout_s, web_search=bench.web_search)
     tasks = load_task_dir(to_absolute_path(bench.task_dir), list(bench.databases), list(bench.flows))
     if cfg.limit_tasks:
         kept, per = [], defaultdict(int)

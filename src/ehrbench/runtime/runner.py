@@ -16,25 +16,17 @@ from tqdm import tqdm
 
 from ..benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS, TrialSettings, run_task_trial
 from ..benchmarks.ehrchatqa.tasks import Task
+from ..benchmarks.ehrchatqa.web_search import web_search_backend
 from ..trial import Termination, TrialRecord
 from .actors import ActorProxy
 
 log = logging.getLogger(__name__)
-_WEB = None
-
-
-def _web_search():
-    global _WEB
-    if _WEB is None:
-        from ..benchmarks.ehrchatqa.web_search import VocabularyWebSearch
-
-        _WEB = VocabularyWebSearch()
-    return _WEB
 
 
 @ray.remote(num_cpus=0.25, max_retries=2)
 def trial_task(task: Task, trial: int, attempt: int, db_handle, index_handle, settings: TrialSettings) -> TrialRecord:
-    record = run_task_trial(task, trial, ActorProxy(db_handle), ActorProxy(index_handle), _web_search(), settings)
+    record = run_task_trial(task, trial, ActorProxy(db_handle), ActorProxy(index_handle),
+                            web_search_backend(settings.web_search), settings)
     record.attempt = attempt
     return record
 

@@ -37,8 +37,13 @@ class TrialSettings:
     user: str = "scripted"
     limits: Limits = Limits()
     sql_timeout_s: float = 60.0
+    web_search: str = "vocabulary"
 
     def __post_init__(self):
+        from .web_search import BACKENDS
+
+        if self.web_search not in BACKENDS:
+            raise ValueError(f"benchmark.web_search={self.web_search!r} is unknown; choose one of {sorted(BACKENDS)}")
         if self.agent not in AGENTS:
             raise ValueError(f"agent={self.agent!r} is not available for ehrchatqa; choose one of {sorted(AGENTS)}")
         if self.user not in USERS:

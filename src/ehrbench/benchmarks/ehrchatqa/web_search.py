@@ -6,6 +6,7 @@ and procedures), ranked by word overlap, as a JSON list of up to 10 result snipp
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -110,3 +111,15 @@ class VocabularyWebSearch:
                 scored.append((-s, i))
         scored.sort()
         return [{"title": self.docs[i].title, "snippet": self.docs[i].snippet} for _, i in scored[:max_results]]
+
+
+BACKENDS = {"vocabulary": VocabularyWebSearch}
+
+
+@functools.lru_cache(maxsize=None)
+def web_search_backend(name: str) -> WebSearch:
+    """The configured backend (`benchmark.web_search`), built once per process."""
+    try:
+        return BACKENDS[name]()
+    except KeyError:
+        raise ValueError(f"benchmark.web_search={name!r} is unknown; choose one of {sorted(BACKENDS)}") from None
