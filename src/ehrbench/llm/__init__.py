@@ -1,0 +1,1 @@
+"""Chat-model clients: one async interface, providers behind it (issue #3)."""

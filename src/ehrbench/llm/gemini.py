@@ -1,0 +1,95 @@
+"""Gemini through google-genai: function calling with automatic calling off, thinking budget, usage metadata.
+
+The key comes from GEMINI_API_KEY or GOOGLE_API_KEY. `base_url` points the client elsewhere (a proxy, or the
+tests' fake server on loopback).
+"""
+from __future__ import annotations
+
+import os
+
+from google import genai
+from google.genai import errors, types
+
+from ..trial import Message, ToolCall
+from .base import ChatModel, ChatRequest, ChatResponse, ConfigurationError, RetryableError, Usage
+
+try:  # google-genai moved its transport from httpx to httpx2; timeouts and dropped connections come from either
+    import httpx2 as _transport
+except ImportError:  # pragma: no cover - older google-genai
+    import httpx as _transport
+try:  # with aiohttp installed (Ray brings it) the async client uses it instead
+    from aiohttp import ClientError as _AiohttpError
+except ImportError:  # pragma: no cover
+    _AiohttpError = _transport.TransportError
+TRANSIENT = (_transport.TransportError, _AiohttpError, TimeoutError)
+
+KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+
+
+def to_contents(messages: list[Message]) -> list[types.Content]:
+    contents: list[types.Content] = []
+    for m in messages:
+        if m.role == "tool":
+            name = next((c.tool_call.name for c in reversed(messages[:messages.index(m)]) if c.tool_call), "tool")
+            part = types.Part(function_response=types.FunctionResponse(name=name, response={"result": m.content}))
+            contents.append(types.Content(role="user", parts=[part]))
+        elif m.tool_call is not None:
+            part = types.Part(function_call=types.FunctionCall(name=m.tool_call.name, args=m.tool_call.arguments))
+            contents.append(types.Content(role="model", parts=[part]))
+        else:
+            contents.append(types.Content(role="model" if m.role == "assistant" else "user",
+                                          parts=[types.Part(text=m.content or "")]))
+    return contents
+
+
+class GeminiModel(ChatModel):
+    provider = "gemini"
+
+    def __init__(self, model: str, base_url: str | None = None, thinking_budget: int | None = None,
+                 timeout_s: float = 120.0, **kwargs):
+        super().__init__(model, **kwargs)
+        key = next((os.environ[v] for v in KEY_VARIABLES if os.environ.get(v)), None)
+        if not key:
+            raise ConfigurationError(f"model {model}: set GEMINI_API_KEY (or GOOGLE_API_KEY)")
+        options = types.HttpOptions(base_url=base_url, timeout=int(timeout_s * 1000)) if base_url else \
+            types.HttpOptions(timeout=int(timeout_s * 1000))
+        self.client = genai.Client(api_key=key, http_options=options)
+        self.thinking_budget = thinking_budget
+
+    async def _send(self, request: ChatRequest) -> ChatResponse:
+        config = types.GenerateContentConfig(
+            system_instruction=request.system, temperature=request.temperature, seed=request.seed,
+            max_output_tokens=request.max_tokens,
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+        if request.tools:
+            config.tools = [types.Tool(function_declarations=[
+                types.FunctionDeclaration(name=t["name"], description=t.get("description"),
+                                          parameters_json_schema=t.get("parameters")) for t in request.tools])]
+        if self.thinking_budget is not None:
+            config.thinking_config = types.ThinkingConfig(thinking_budget=self.thinking_budget)
+        try:
+            result = await self.client.aio.models.generate_content(
+                model=self.model, contents=to_contents(request.messages), config=config)
+        except errors.APIError as e:
+            if e.code == 429 or (e.code or 0) >= 500:
+                raise RetryableError(f"HTTP {e.code}: {e.message}") from None
+            raise
+        except TRANSIENT as e:
+            raise RetryableError(f"{type(e).__name__}: {e}") from None
+        response = ChatResponse()
+        calls = result.function_calls or []
+        if calls:
+            call = calls[0]
+            if isinstance(call.args, dict) or call.args is None:
+                response.tool_calls = [ToolCall(call.name or "", dict(call.args or {}), call.id or "")]
+            else:
+                response.tool_calls = [ToolCall(call.name or "", {}, call.id or "")]
+                response.malformed = f"tool call arguments must be a JSON object, got {call.args!r:.200}"
+        else:
+            response.text = result.text
+        meta = result.usage_metadata
+        if meta:
+            response.usage = Usage((meta.prompt_token_count or 0),
+                                   (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0),
+                                   meta.cached_content_token_count or 0)
+        return response

@@ -1,0 +1,81 @@
+"""OpenAI-compatible chat completions (OpenAI, vLLM, other servers) through the official `openai` client.
+
+One tool call per step, as the benchmark requires: `parallel_tool_calls=False` is sent, and if a server still
+returns several calls only the first is kept. Arguments that are not a JSON object come back as `malformed`.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import openai
+
+from ..trial import Message, ToolCall
+from .base import ChatModel, ChatRequest, ChatResponse, ConfigurationError, RetryableError, Usage
+
+
+def to_openai_messages(system: str | None, messages: list[Message]) -> list[dict]:
+    out: list[dict] = [{"role": "system", "content": system}] if system else []
+    for m in messages:
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or ""})
+        elif m.tool_call is not None:
+            call = m.tool_call
+            out.append({"role": "assistant", "content": m.content, "tool_calls": [{
+                "id": call.id, "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}]})
+        else:
+            out.append({"role": m.role, "content": m.content or ""})
+    return out
+
+
+def parse_arguments(raw: str | None) -> tuple[dict, str | None]:
+    try:
+        args = json.loads(raw or "{}")
+    except json.JSONDecodeError as e:
+        return {}, f"tool call arguments are not valid JSON ({e.msg}): {raw!r:.200}"
+    if not isinstance(args, dict):
+        return {}, f"tool call arguments must be a JSON object, got {type(args).__name__}"
+    return args, None
+
+
+class OpenAICompatibleModel(ChatModel):
+    provider = "openai-compatible"
+
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 timeout_s: float = 120.0, **kwargs):
+        super().__init__(model, **kwargs)
+        key = os.environ.get(api_key_env)
+        if not key and base_url is None:
+            raise ConfigurationError(f"model {model}: set {api_key_env} (or give model.base_url for a local server)")
+        self.client = openai.AsyncOpenAI(api_key=key or "EMPTY", base_url=base_url, timeout=timeout_s, max_retries=0)
+
+    async def _send(self, request: ChatRequest) -> ChatResponse:
+        kwargs: dict = {"model": self.model, "messages": to_openai_messages(request.system, request.messages)}
+        if request.tools:
+            kwargs["tools"] = [{"type": "function", "function": t} for t in request.tools]
+            kwargs["parallel_tool_calls"] = False
+        for key, value in (("temperature", request.temperature), ("seed", request.seed),
+                           ("max_completion_tokens", request.max_tokens)):
+            if value is not None:
+                kwargs[key] = value
+        try:
+            completion = await self.client.chat.completions.create(**kwargs)
+        except (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError) as e:
+            raise RetryableError(f"{type(e).__name__}: {e}") from None
+        except openai.APIStatusError as e:
+            if e.status_code >= 500:
+                raise RetryableError(f"HTTP {e.status_code}: {e}") from None
+            raise
+        message = completion.choices[0].message
+        response = ChatResponse(text=message.content)
+        if message.tool_calls:
+            call = message.tool_calls[0]
+            args, problem = parse_arguments(call.function.arguments)
+            response.tool_calls = [ToolCall(call.function.name, args, call.id)]
+            response.malformed = problem
+        if completion.usage:
+            details = getattr(completion.usage, "prompt_tokens_details", None)
+            response.usage = Usage(completion.usage.prompt_tokens, completion.usage.completion_tokens,
+                                   getattr(details, "cached_tokens", 0) or 0)
+        return response

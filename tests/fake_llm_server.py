@@ -1,0 +1,101 @@
+"""A loopback HTTP server that speaks the OpenAI chat-completions and Gemini generateContent protocols.
+
+Each test pushes a script of replies; every request takes the next one. Replies can be text, a tool call (with
+raw, possibly malformed, arguments), an HTTP error status (429, 500 ...) or a delay before any of those, so the
+real `openai` and `google-genai` clients can be tested against rate limits, server errors and timeouts.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Reply:
+    text: str | None = None
+    tool: str | None = None
+    args: dict | None = None
+    raw_args: str | None = None        # OpenAI only: arguments sent verbatim (e.g. broken JSON)
+    status: int = 200
+    delay_s: float = 0.0
+    usage: tuple[int, int] = (10, 5)   # input, output tokens
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict
+    body: dict
+
+
+@dataclass
+class FakeLLMServer:
+    script: deque = field(default_factory=deque)
+    requests: list[Seen] = field(default_factory=list)
+
+    def push(self, *replies: Reply) -> None:
+        self.script.extend(replies)
+
+    def start(self) -> "FakeLLMServer":
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                server.requests.append(Seen(self.path, dict(self.headers), body))
+                reply = server.script.popleft() if server.script else Reply(status=500, text="script exhausted")
+                time.sleep(reply.delay_s)
+                gemini = ":generateContent" in self.path
+                status, payload = server._render(reply, gemini, body)
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout): fine
+                    pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_port}"
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    @staticmethod
+    def _render(reply: Reply, gemini: bool, body: dict) -> tuple[int, dict]:
+        if reply.status != 200:
+            names = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+            return reply.status, {"error": {"code": reply.status, "message": f"injected {reply.status}",
+                                            "status": names.get(reply.status, "UNKNOWN"), "type": "injected"}}
+        n_in, n_out = reply.usage
+        if gemini:
+            part = ({"functionCall": {"name": reply.tool, "args": reply.args or {}}} if reply.tool
+                    else {"text": reply.text or ""})
+            return 200, {"candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP"}],
+                         "usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": n_out,
+                                           "totalTokenCount": n_in + n_out}}
+        message: dict = {"role": "assistant", "content": reply.text}
+        if reply.tool:
+            args = reply.raw_args if reply.raw_args is not None else json.dumps(reply.args or {})
+            message["tool_calls"] = [{"id": "call_1", "type": "function",
+                                      "function": {"name": reply.tool, "arguments": args}}]
+        return 200, {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": body.get("model"),
+                     "choices": [{"index": 0, "message": message,
+                                  "finish_reason": "tool_calls" if reply.tool else "stop"}],
+                     "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}}

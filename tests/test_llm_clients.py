@@ -1,0 +1,100 @@
+"""The real openai and google-genai clients against the loopback fake server: parsing, retries, faults."""
+import asyncio
+
+import pytest
+
+from ehrbench.llm.base import ChatRequest, ConfigurationError, RetryPolicy
+from ehrbench.llm.gemini import GeminiModel
+from ehrbench.llm.openai_compatible import OpenAICompatibleModel
+from ehrbench.trial import InfrastructureError, Message, ToolCall
+
+from .fake_llm_server import FakeLLMServer, Reply
+
+FAST = RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
+TOOLS = [{"name": "sql_execute", "description": "run SQL",
+          "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}]
+CONVERSATION = [Message("user", "How many patients?"),
+                Message("assistant", tool_call=ToolCall("sql_execute", {"query": "SELECT COUNT(*) FROM d"}, "c1")),
+                Message("tool", "[(100,)]", tool_call_id="c1")]
+
+
+@pytest.fixture
+def server():
+    s = FakeLLMServer().start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(params=["openai", "gemini"])
+def model_factory(request, server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test-key")
+
+    def make(**kwargs):
+        if request.param == "openai":
+            return OpenAICompatibleModel("gpt-4o", base_url=server.url + "/v1", retry=FAST, **kwargs)
+        return GeminiModel("gemini-2.5-flash", base_url=server.url, retry=FAST, **kwargs)
+    make.provider = request.param
+    return make
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_tool_call_and_usage_are_parsed_and_one_call_per_step_is_requested(model_factory, server):
+    server.push(Reply(tool="sql_execute", args={"query": "SELECT 1"}, usage=(120, 7)))
+    response = run(model_factory().complete(ChatRequest(CONVERSATION, system="sys", tools=TOOLS, temperature=0.0)))
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [("sql_execute", {"query": "SELECT 1"})]
+    assert (response.usage.input_tokens, response.usage.output_tokens, response.malformed) == (120, 7, None)
+    body = server.requests[-1].body
+    if model_factory.provider == "openai":
+        assert body["parallel_tool_calls"] is False and body["temperature"] == 0.0
+        assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "tool"]
+        assert body["messages"][3] == {"role": "tool", "tool_call_id": "c1", "content": "[(100,)]"}
+    else:
+        assert [c["role"] for c in body["contents"]] == ["user", "model", "user"]
+        assert body["contents"][2]["parts"][0]["functionResponse"]["name"] == "sql_execute"
+        assert body["systemInstruction"]["parts"][0]["text"] == "sys"
+
+
+def test_429_then_success_is_retried_and_counted_once(model_factory, server):
+    server.push(Reply(status=429), Reply(text="Hello"))
+    model = model_factory()
+    response = run(model.complete(ChatRequest([Message("user", "hi")])))
+    assert response.text == "Hello"
+    assert (model.attempts, model.calls, len(server.requests)) == (2, 1, 2)
+
+
+def test_persistent_500_is_an_infrastructure_error(model_factory, server):
+    server.push(*[Reply(status=500)] * 3)
+    model = model_factory()
+    with pytest.raises(InfrastructureError) as err:
+        run(model.complete(ChatRequest([Message("user", "hi")])))
+    assert err.value.source == "model" and "failed 3 times" in str(err.value)
+    assert (model.attempts, model.calls) == (3, 0)
+
+
+def test_timeout_is_retried(model_factory, server):
+    server.push(Reply(text="late", delay_s=2.0), Reply(text="on time"))
+    model = model_factory(timeout_s=0.5)
+    assert run(model.complete(ChatRequest([Message("user", "hi")]))).text == "on time"
+    assert model.attempts == 2
+
+
+def test_malformed_tool_arguments_come_back_as_malformed(server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    server.push(Reply(tool="sql_execute", raw_args='{"query": "SELECT 1"'))  # truncated JSON
+    response = run(OpenAICompatibleModel("gpt-4o", base_url=server.url + "/v1", retry=FAST)
+                   .complete(ChatRequest([Message("user", "hi")], tools=TOOLS)))
+    assert response.tool_calls[0].name == "sql_execute" and response.tool_calls[0].arguments == {}
+    assert response.malformed.startswith("tool call arguments are not valid JSON")
+
+
+def test_missing_keys_stop_at_start_naming_the_variable(monkeypatch):
+    for var in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ConfigurationError, match="set GEMINI_API_KEY"):
+        GeminiModel("gemini-2.5-flash")
+    with pytest.raises(ConfigurationError, match="set OPENAI_API_KEY"):
+        OpenAICompatibleModel("gpt-4o")
