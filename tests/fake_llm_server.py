@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def _model_of(path: str, body: dict) -> str | None:
+    if ":generateContent" in path:
+        return path.rsplit("/models/", 1)[-1].split(":", 1)[0]
+    return body.get("model")
+
+
 @dataclass
 class Reply:
     text: str | None = None
@@ -34,11 +40,15 @@ class Seen:
 
 @dataclass
 class FakeLLMServer:
-    script: deque = field(default_factory=deque)
+    script: deque = field(default_factory=deque)                 # replies for any model without its own script
+    scripts: dict[str, deque] = field(default_factory=dict)      # model name -> its replies
     requests: list[Seen] = field(default_factory=list)
 
-    def push(self, *replies: Reply) -> None:
-        self.script.extend(replies)
+    def push(self, *replies: Reply, model: str | None = None) -> None:
+        (self.scripts.setdefault(model, deque()) if model else self.script).extend(replies)
+
+    def requests_for(self, model: str) -> list[Seen]:
+        return [r for r in self.requests if _model_of(r.path, r.body) == model]
 
     def start(self) -> "FakeLLMServer":
         server = self
@@ -50,7 +60,8 @@ class FakeLLMServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 server.requests.append(Seen(self.path, dict(self.headers), body))
-                reply = server.script.popleft() if server.script else Reply(status=500, text="script exhausted")
+                queue = server.scripts.get(_model_of(self.path, body), server.script)
+                reply = queue.popleft() if queue else Reply(status=500, text="script exhausted")
                 time.sleep(reply.delay_s)
                 gemini = ":generateContent" in self.path
                 status, payload = server._render(reply, gemini, body)

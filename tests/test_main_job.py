@@ -2,8 +2,10 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import mlflow
+import pytest
 
 from .conftest import ROOT
 
@@ -60,3 +62,58 @@ def test_secrets_are_masked_in_params():
 
     params = flatten({"model": {"name": "gemini", "api_key": "AIzaSECRET", "auth": {"token": "t0k"}}, "trials": 5})
     assert params == {"model.name": "gemini", "model.api_key": "***", "model.auth.token": "***", "trials": "5"}
+
+
+def test_real_model_run_without_a_key_stops_at_start_naming_the_variable(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("GEMINI_API_KEY", "GOOGLE_API_KEY")}
+    out = subprocess.run([sys.executable, "-m", "ehrbench", "model=gemini-2.5-flash", "user=gemini-2.0-flash",
+                          f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == "ehrbench: model gemini-2.5-flash: set GEMINI_API_KEY (or GOOGLE_API_KEY)"
+
+
+def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
+    """One trial through Ray with the real clients against the fake server; usage and cost land in MLflow."""
+    import json
+
+    from ehrbench.benchmarks.ehrchatqa.tasks import load_tasks
+
+    from .conftest import TASK_DIR, TEST_KEYS
+    from .fake_llm_server import FakeLLMServer, Reply
+
+    task = load_tasks(TASK_DIR / "mimic_iv_star" / "eval_incre.jsonl")[0]
+    server = FakeLLMServer().start()
+    try:
+        # user and checker share gemini-2.0-flash: their replies interleave in call order (one trial in flight)
+        server.push(Reply(text="How many patients have this diagnosis?"), Reply(text="yes"),
+                    Reply(text="Recent ones, both coding versions."), Reply(text="yes"),
+                    Reply(text="Double check it covers everything?"), Reply(text="yes"),
+                    Reply(text="###END###"), Reply(text="yes"), model="gemini-2.0-flash")
+        server.push(Reply(text="What time window?"), Reply(tool="sql_execute", args={"query": task.gold_sql}),
+                    Reply(text="Here is the count."), Reply(text="Yes, it does."), model="gpt-4o")
+        server.push(Reply(text=json.dumps({"explanation": "ok", "result": "no_error"})), model="gemini-2.5-flash")
+        store = tmp_path / "mlruns"
+        cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]",
+               "limit_tasks=1", "trials=1", "data.dictionary=used", "runtime.max_in_flight=1",
+               "model=gpt-4o", f"model.base_url={server.url}/v1", "user=gemini-2.0-flash",
+               f"+user.model.base_url={server.url}", f"+judge.model.base_url={server.url}",
+               f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
+               f"tracking.root={store}", f"runtime.address={ray_cluster.address_info['address']}",
+               f"hydra.run.dir={tmp_path / 'out'}"]
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+    m = run.data.metrics
+    assert m["SR-1"] == 100.0 and m["trials_valid"] == 1 and m["trials_rejected_by_validator"] == 0
+    assert (m["calls/agent"], m["calls/user"], m["calls/verifier"], m["calls/validator"]) == (4, 4, 4, 1)
+    assert m["input_tokens/agent"] == 40 and m["cost_usd/agent"] == pytest.approx((40 * 2.5 + 20 * 10.0) / 1e6)
+    assert m["cost_usd/all"] > m["cost_usd/agent"]
+    logged = json.dumps(run.data.params) + out.stdout + out.stderr
+    records = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / "art"))
+    for path in Path(records).rglob("*"):
+        if path.is_file():
+            logged += path.read_text()
+    assert not any(key in logged for key in TEST_KEYS.values())

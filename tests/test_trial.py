@@ -10,7 +10,7 @@ from .conftest import TASK_DIR, EchoIndex
 def test_reference_agent_scores_every_task(dbs):
     tasks = load_task_dir(TASK_DIR, ["mimic_iv_star", "eicu_star"], ["incre", "adapt"])
     web = VocabularyWebSearch()
-    failed = [t.key for t in tasks if run_task_trial(t, 0, dbs[t.db_id], EchoIndex(), web).reward != 1.0]
+    failed = [t.key for t in tasks if run_task_trial(t, 0, dbs[t.db_id], EchoIndex(), web)[-1].reward != 1.0]
     assert failed == []
 
 

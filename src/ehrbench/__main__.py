@@ -18,8 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from .benchmarks.ehrchatqa.benchmark import TrialSettings
 from .benchmarks.ehrchatqa.tasks import TaskFileError, load_task_dir
+from .llm.base import ConfigurationError
 from .metrics import summarize
-from .trial import Limits, TrialRecord
+from .trial import Limits, Termination, TrialRecord
 
 log = logging.getLogger("ehrbench")
 
@@ -59,6 +60,46 @@ def results_table(records: list[TrialRecord], tasks_by_group: dict[str, int], k:
     return cap.get(), metrics
 
 
+def trial_settings(cfg: DictConfig) -> TrialSettings:
+    """Resolve `agent=auto` and `judge=auto`: a real model gets the tool-calling agent, an LLM user gets the validator."""
+    plain = lambda node: OmegaConf.to_container(node, resolve=True)  # noqa: E731
+    scripted = cfg.model.provider == "scripted"
+    agent = cfg.agent.name if cfg.agent.name != "auto" else ("reference" if scripted else "tool_calling")
+    if agent == "tool_calling" and scripted:
+        raise ConfigurationError("agent=tool_calling needs a real model, e.g. model=gemini-2.5-flash")
+    llm_user = cfg.user.kind == "llm"
+    judged = llm_user and cfg.judge.name != "none"
+    bench = cfg.benchmark
+    return TrialSettings(
+        agent=agent, user="llm" if llm_user else "scripted",
+        agent_model=None if agent == "reference" else plain(cfg.model),
+        user_model=plain(cfg.user.model) if llm_user else None,
+        user_strategy=cfg.user.get("strategy", "reflection"), user_temperature=cfg.user.get("temperature", 1.0),
+        validator_model=plain(cfg.judge.model) if judged else None,
+        validator_samples=cfg.judge.get("samples", 1), max_reruns=cfg.judge.get("max_reruns", 0) if judged else 0,
+        limits=Limits(max_steps=bench.max_steps, time_limit_s=bench.time_limit_s),
+        sql_timeout_s=bench.sql_timeout_s, web_search=bench.web_search)
+
+
+def check_models(settings: TrialSettings) -> None:
+    """Build every client once in the driver so a missing key stops the run before any work."""
+    from .llm.registry import build_model
+
+    for cfg in settings.models().values():
+        build_model(cfg)
+
+
+def usage_metrics(records: list[TrialRecord]) -> dict[str, float]:
+    """Tokens and dollars per role over every attempt (rejected ones too: they were paid for)."""
+    totals: dict[str, float] = defaultdict(float)
+    for r in records:
+        for role, row in r.usage.items():
+            for key in ("calls", "input_tokens", "output_tokens", "cached_tokens", "cost_usd"):
+                totals[f"{key}/{role}"] += row[key]
+                totals[f"{key}/all"] += row[key]
+    return dict(totals)
+
+
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     import ray
 
@@ -69,9 +110,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     from .world.generator import WorldSize
 
     bench = cfg.benchmark
-    settings = TrialSettings(agent=cfg.agent.name, user=cfg.user.name,
-                             limits=Limits(max_steps=bench.max_steps, time_limit_s=bench.time_limit_s),
-                             sql_timeout_s=bench.sql_timeout_s, web_search=bench.web_search)
+    settings = trial_settings(cfg)
+    check_models(settings)
     tasks = load_task_dir(to_absolute_path(bench.task_dir), list(bench.databases), list(bench.flows))
     if cfg.limit_tasks:
         kept, per = [], defaultdict(int)
@@ -93,7 +133,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     index_handle = start_value_index(to_absolute_path(cfg.data.index_cache))
     embedded = build_indexes(db_handles, index_handle)
 
-    run_name = cfg.run_name or f"{bench.name}-{cfg.agent.name}-{cfg.model.name}-{cfg.user.name}"
+    run_name = cfg.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
     store_uri, artifacts = local_store(to_absolute_path(cfg.tracking.root))
     tracker = MlflowTracker(store_uri, cfg.tracking.experiment or bench.name, run_name,
                             OmegaConf.to_container(cfg, resolve=True), artifact_location=artifacts,
@@ -113,7 +153,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                 tasks_by_group[g] += 1
         text, metrics = results_table(records, tasks_by_group, k)
         valid = [r for r in records if r.valid]
-        metrics.update({"trials_valid": len(valid), "trials_infra_errors": len(records) - len(valid),
+        rejected = sum(1 for r in records if r.termination == Termination.REJECTED.value)
+        metrics.update(usage_metrics(records))
+        metrics.update({"trials_valid": len(valid), "trials_rejected_by_validator": rejected,
+                        "trials_infra_errors": len(records) - len(valid) - rejected,
                         "worker_failures": stats.worker_failures, "value_index_embedded_strings": embedded,
                         "mean_user_turns": sum(r.user_turns for r in valid) / max(1, len(valid)),
                         "mean_tool_calls": sum(r.tool_calls for r in valid) / max(1, len(valid))})
@@ -138,6 +181,9 @@ def _hydra_main(cfg: DictConfig) -> None:
         evaluate(cfg)
     except TaskFileError as e:
         log.error("bad task file: %s", e)
+        raise SystemExit(2) from None
+    except ConfigurationError as e:
+        print(f"ehrbench: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

@@ -32,6 +32,7 @@ class Termination(str, Enum):
     INFRA_MODEL = "infra_error_model"
     INFRA_USER = "infra_error_user"
     INFRA_TOOL = "infra_error_tool"
+    REJECTED = "rejected_by_validator"   # the simulated user broke its rules: kept, never scored, re-run
 
     @property
     def is_infrastructure(self) -> bool:
@@ -43,6 +44,7 @@ class ToolCall:
     name: str
     arguments: dict
     id: str = ""
+    error: str | None = None    # set when the model's call could not be parsed: answered with an error observation
 
 
 @dataclass
@@ -87,11 +89,16 @@ class TrialRecord:
     tool_calls: int = 0
     duration_s: float = 0.0
     error: str | None = None
-    attempt: int = 0
+    attempt: int = 0                               # re-submissions after infrastructure failures
+    rerun: int = 0                                 # re-runs after the validator rejected the simulation
+    usage: dict = field(default_factory=dict)      # role -> calls, tokens, cost_usd
+    validation: dict | None = None                 # the simulation validator's verdict, when one ran
 
     @property
     def valid(self) -> bool:
-        return not Termination(self.termination).is_infrastructure
+        """Scored: neither broken by infrastructure nor rejected by the simulation validator."""
+        t = Termination(self.termination)
+        return not t.is_infrastructure and t is not Termination.REJECTED
 
     def sql_queries(self) -> list[str]:
         return [m["tool_call"]["arguments"].get("query", "") for m in self.messages
@@ -143,7 +150,8 @@ def run_trial(task_key: str, trial: int, agent: Agent, user: User, tools: Tools,
         history.append(action)
         if action.is_tool_call:
             try:
-                observation = tools.call(action.tool_call.name, action.tool_call.arguments)
+                call = action.tool_call
+                observation = f"Error: {call.error}" if call.error else tools.call(call.name, call.arguments)
             except InfrastructureError as e:
                 return finish(Termination.INFRA_TOOL, str(e))
             history.append(Message("tool", observation, tool_call_id=action.tool_call.id))

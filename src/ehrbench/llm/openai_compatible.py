@@ -43,8 +43,9 @@ class OpenAICompatibleModel(ChatModel):
     provider = "openai-compatible"
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout_s: float = 120.0, **kwargs):
+                 timeout_s: float = 120.0, supports_temperature: bool = True, **kwargs):
         super().__init__(model, **kwargs)
+        self.supports_temperature = supports_temperature  # reasoning models (o-series) refuse the parameter
         key = os.environ.get(api_key_env)
         if not key and base_url is None:
             raise ConfigurationError(f"model {model}: set {api_key_env} (or give model.base_url for a local server)")
@@ -55,7 +56,8 @@ class OpenAICompatibleModel(ChatModel):
         if request.tools:
             kwargs["tools"] = [{"type": "function", "function": t} for t in request.tools]
             kwargs["parallel_tool_calls"] = False
-        for key, value in (("temperature", request.temperature), ("seed", request.seed),
+        temperature = request.temperature if self.supports_temperature else None
+        for key, value in (("temperature", temperature), ("seed", request.seed),
                            ("max_completion_tokens", request.max_tokens)):
             if value is not None:
                 kwargs[key] = value

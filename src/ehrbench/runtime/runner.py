@@ -24,11 +24,14 @@ log = logging.getLogger(__name__)
 
 
 @ray.remote(num_cpus=0.25, max_retries=2)
-def trial_task(task: Task, trial: int, attempt: int, db_handle, index_handle, settings: TrialSettings) -> TrialRecord:
-    record = run_task_trial(task, trial, ActorProxy(db_handle), ActorProxy(index_handle),
-                            web_search_backend(settings.web_search), settings)
-    record.attempt = attempt
-    return record
+def trial_task(task: Task, trial: int, attempt: int, db_handle, index_handle,
+               settings: TrialSettings) -> list[TrialRecord]:
+    """Every attempt of one trial: validator-rejected re-runs first, the final one last."""
+    records = run_task_trial(task, trial, ActorProxy(db_handle), ActorProxy(index_handle),
+                             web_search_backend(settings.web_search), settings)
+    for record in records:
+        record.attempt = attempt
+    return records
 
 
 def build_indexes(db_handles: dict, index_handle) -> int:
@@ -75,13 +78,15 @@ def run_trials(tasks: list[Task], trials: int, db_handles: dict, index_handle, s
         for ref in done:
             task, i, attempt = in_flight.pop(ref)
             try:
-                record: TrialRecord = ray.get(ref)
+                records: list[TrialRecord] = ray.get(ref)
             except ray.exceptions.RayError as e:  # the worker or an actor died: costs a retry, not the trial
                 stats.worker_failures += 1
-                record = TrialRecord(task.key, i, Termination.INFRA_TOOL.value, None, error=f"ray: {e}"[:500],
-                                     attempt=attempt)
-            on_record(record)
-            if record.valid:
+                records = [TrialRecord(task.key, i, Termination.INFRA_TOOL.value, None, error=f"ray: {e}"[:500],
+                                       attempt=attempt)]
+            for record in records:
+                on_record(record)
+            record = records[-1]
+            if record.valid or record.termination == Termination.REJECTED.value:  # done: scored, or incomplete
                 bar.update(1)
             elif attempt + 1 < max_attempts:
                 stats.infra_retries += 1

@@ -5,11 +5,17 @@ import hashlib
 from dataclasses import dataclass
 
 from ...agents.reference import ReferenceAgent
-from ...trial import Limits, TrialRecord, run_trial
+from ...agents.tool_calling import ToolCallingAgent
+from ...llm.registry import build_model, price_of
+from ...llm.usage import MeteredModel, UsageMeter
+from ...trial import Limits, Termination, TrialRecord, run_trial
+from ...users.llm_user import LLMUser
 from ...users.scripted import ScriptedUser
+from ...users.validator import USER_ERROR, SimulationValidator
+from .prompts import agent_system_prompt
 from .scorer import adapt_reward, incre_reward
 from .tasks import Task
-from .tools import DatabaseLike, IndexLike, ToolSuite
+from .tools import TOOL_SCHEMAS, DatabaseLike, IndexLike, ToolSuite
 from .web_search import WebSearch
 
 # Paper appendix A.2: text columns pre-indexed for value_similarity_search.
@@ -27,14 +33,20 @@ INDEXED_COLUMNS: dict[str, dict[str, list[str]]] = {
     },
 }
 
-AGENTS = {"reference": lambda task, indexed, seed: ReferenceAgent(task, indexed)}
-USERS = {"scripted": lambda task, seed: ScriptedUser(task.instruction, seed)}
-
 
 @dataclass(frozen=True)
 class TrialSettings:
-    agent: str = "reference"
-    user: str = "scripted"
+    """Everything a trial needs besides the task, as plain data so it travels to Ray workers."""
+    agent: str = "reference"                  # reference | tool_calling
+    user: str = "scripted"                    # scripted | llm
+    agent_model: dict | None = None           # a conf/model mapping (tool_calling)
+    user_model: dict | None = None            # a conf/model mapping (llm user)
+    user_strategy: str = "reflection"         # plain | verify | reflection
+    user_temperature: float = 1.0
+    verifier_model: dict | None = None        # verifier and reflection calls (default: the user's model)
+    validator_model: dict | None = None       # None: no simulation validator
+    validator_samples: int = 1
+    max_reruns: int = 10                      # validator re-runs per trial
     limits: Limits = Limits()
     sql_timeout_s: float = 60.0
     web_search: str = "vocabulary"
@@ -42,12 +54,46 @@ class TrialSettings:
     def __post_init__(self):
         from .web_search import BACKENDS
 
-        if self.web_search not in BACKENDS:
-            raise ValueError(f"benchmark.web_search={self.web_search!r} is unknown; choose one of {sorted(BACKENDS)}")
         if self.agent not in AGENTS:
             raise ValueError(f"agent={self.agent!r} is not available for ehrchatqa; choose one of {sorted(AGENTS)}")
         if self.user not in USERS:
             raise ValueError(f"user={self.user!r} is not available for ehrchatqa; choose one of {sorted(USERS)}")
+        if self.web_search not in BACKENDS:
+            raise ValueError(f"benchmark.web_search={self.web_search!r} is unknown; choose one of {sorted(BACKENDS)}")
+
+    def models(self) -> dict[str, dict]:
+        """The model configs in use, by role (for the start-up key check and the run's params)."""
+        return {role: cfg for role, cfg in (("agent", self.agent_model), ("user", self.user_model),
+                                            ("verifier", self.verifier_model), ("validator", self.validator_model))
+                if cfg}
+
+
+def _metered(cfg: dict, role: str, meter: UsageMeter) -> MeteredModel:
+    return MeteredModel(build_model(cfg), role, meter, price_of(cfg))
+
+
+def _reference_agent(task, s, meter, seed):
+    return ReferenceAgent(task, INDEXED_COLUMNS[task.db_id])
+
+
+def _tool_calling_agent(task, s, meter, seed):
+    return ToolCallingAgent(_metered(s.agent_model, "agent", meter), agent_system_prompt(task.db_id, task.task_type),
+                            TOOL_SCHEMAS, temperature=0.0, seed=seed)
+
+
+def _scripted_user(task, s, meter, seed, mistakes):
+    return ScriptedUser(task.instruction, seed)
+
+
+def _llm_user(task, s, meter, seed, mistakes):
+    checker = s.verifier_model or s.user_model
+    return LLMUser(_metered(s.user_model, "user", meter), task.instruction, strategy=s.user_strategy,
+                   verifier=_metered(checker, "verifier", meter), reflection=_metered(checker, "reflection", meter),
+                   mistakes=mistakes, temperature=s.user_temperature, seed=seed)
+
+
+AGENTS = {"reference": _reference_agent, "tool_calling": _tool_calling_agent}
+USERS = {"scripted": _scripted_user, "llm": _llm_user}
 
 
 def trial_seed(task: Task, trial: int) -> int:
@@ -62,11 +108,33 @@ def score(task: Task, record: TrialRecord, db: DatabaseLike, sql_timeout_s: floa
 
 
 def run_task_trial(task: Task, trial: int, db: DatabaseLike, index: IndexLike, web: WebSearch,
-                   settings: TrialSettings = TrialSettings()) -> TrialRecord:
+                   settings: TrialSettings = TrialSettings()) -> list[TrialRecord]:
+    """One trial, re-run while the simulation validator finds user errors (up to `max_reruns` times).
+
+    Returns every attempt: rejected ones (reward None, termination `rejected_by_validator`) and the last one.
+    Each re-run's user sees the validator's explanations so far as "previous user mistakes".
+    """
     indexed = INDEXED_COLUMNS[task.db_id]
-    tools = ToolSuite(task.db_id, db, index, web, indexed, sql_timeout_s=settings.sql_timeout_s)
     seed = trial_seed(task, trial)
-    agent = AGENTS[settings.agent](task, indexed, seed)
-    user = USERS[settings.user](task, seed)
-    return run_trial(task.key, trial, agent, user, tools,
-                     lambda record: score(task, record, db, settings.sql_timeout_s), settings.limits)
+    mistakes: list[str] = []
+    records: list[TrialRecord] = []
+    for rerun in range(settings.max_reruns + 1):
+        meter = UsageMeter()
+        tools = ToolSuite(task.db_id, db, index, web, indexed, sql_timeout_s=settings.sql_timeout_s)
+        agent = AGENTS[settings.agent](task, settings, meter, seed)
+        user = USERS[settings.user](task, settings, meter, seed + rerun, mistakes)
+        record = run_trial(task.key, trial, agent, user, tools,
+                           lambda r: score(task, r, db, settings.sql_timeout_s), settings.limits)
+        record.rerun = rerun
+        records.append(record)
+        if settings.validator_model and record.valid:
+            validator = SimulationValidator(_metered(settings.validator_model, "validator", meter),
+                                            settings.validator_samples)
+            record.validation = validator.judge(task.instruction, task.gold_sql, record)
+        record.usage = meter.by_role
+        if record.validation and record.validation.get("result") == USER_ERROR:
+            record.termination, record.reward = Termination.REJECTED.value, None
+            mistakes.append(str(record.validation.get("explanation", "")) or "the user broke a rule")
+            continue
+        break
+    return records

@@ -1,0 +1,128 @@
+"""Whole EHR-ChatQA trials with the real openai and google-genai clients against the loopback fake server.
+
+Four models take part, each with its own script: the agent (OpenAI protocol), the user, its checker (verifier and
+reflection) and the validator (Gemini protocol).
+"""
+import json
+
+import pytest
+
+from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings, run_task_trial
+from ehrbench.benchmarks.ehrchatqa.tasks import load_tasks
+from ehrbench.benchmarks.ehrchatqa.web_search import VocabularyWebSearch
+from ehrbench.llm.usage import MeteredModel, Price, UsageMeter
+from ehrbench.llm.registry import build_model
+from ehrbench.trial import END_TOKEN, Message
+from ehrbench.users.llm_user import LLMUser
+
+from .conftest import TASK_DIR, EchoIndex
+from .fake_llm_server import FakeLLMServer, Reply
+
+FAST = {"max_attempts": 3, "initial_backoff_s": 0.01, "max_backoff_s": 0.05}
+
+
+@pytest.fixture
+def server(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test-key")
+    s = FakeLLMServer().start()
+    yield s
+    s.stop()
+
+
+def settings_for(server, **overrides) -> TrialSettings:
+    gemini = lambda name: {"name": name, "provider": "gemini", "model": name, "base_url": server.url,  # noqa: E731
+                           "retry": FAST, "price": {"input": 0.1, "output": 0.4}}
+    base = dict(agent="tool_calling", user="llm", user_strategy="reflection",
+                agent_model={"name": "agent-llm", "provider": "openai-compatible", "model": "agent-llm",
+                             "base_url": server.url + "/v1", "retry": FAST, "price": {"input": 2.5, "output": 10.0}},
+                user_model=gemini("user-llm"), verifier_model=gemini("checker-llm"),
+                validator_model=gemini("validator-llm"), max_reruns=3)
+    base.update(overrides)
+    return TrialSettings(**base)
+
+
+@pytest.fixture(scope="module")
+def task():
+    [t] = [t for t in load_tasks(TASK_DIR / "mimic_iv_star" / "eval_incre.jsonl") if t.category == "diagnosis cohort"][:1]
+    return t
+
+
+def script_happy_conversation(server, task, validator_verdicts):
+    for verdict in validator_verdicts:
+        server.push(Reply(text="I need the number of patients with some diagnosis."), model="user-llm")
+        server.push(Reply(tool="table_search", args={"tool_input": ""}), model="agent-llm")
+        server.push(Reply(tool="value_substring_search", args={"table": "diagnosiscodes", "column": "description",
+                                                               "value": "hyperlipidemia"}), model="agent-llm")
+        server.push(Reply(text="Which time window and which coding versions?"), model="agent-llm")
+        server.push(Reply(text="Give me everything, both codes."), model="user-llm")       # verifier says no
+        server.push(Reply(tool="sql_execute", args={"query": task.gold_sql}), model="agent-llm")
+        server.push(Reply(text=f"There are {task.gold_answer[0][0]} patients."), model="agent-llm")
+        server.push(Reply(text="Can you double check that covers all I asked?"), model="user-llm")
+        server.push(Reply(text="Yes, it covers every condition you gave."), model="agent-llm")
+        server.push(Reply(text=END_TOKEN), model="user-llm")
+        server.push(Reply(text="yes"), Reply(text="no"),
+                    Reply(text=json.dumps({"reflection": "missing the time window",
+                                           "new_response": "Only those admitted recently, per my instruction, both codes."})),
+                    Reply(text="yes"), Reply(text="yes"), Reply(text="yes"), model="checker-llm")
+        server.push(Reply(text=json.dumps(verdict)), model="validator-llm")
+
+
+def test_full_trial_agent_explores_user_refines_validator_passes_reward_computed(server, task, dbs):
+    script_happy_conversation(server, task, [{"explanation": "fine", "result": "no_error"}])
+    [record] = run_task_trial(task, 0, dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch(), settings_for(server))
+    assert (record.termination, record.reward, record.validation["result"]) == ("user_stop", 1.0, "no_error")
+    assert record.tool_calls == 3 and record.user_turns == 4
+    user_texts = [m["content"] for m in record.messages if m["role"] == "user"]
+    assert user_texts[1] == "Only those admitted recently, per my instruction, both codes."  # the reflected reply
+    usage = record.usage
+    assert {r: usage[r]["calls"] for r in usage} == {"user": 4, "agent": 6, "verifier": 5, "reflection": 1,
+                                                      "validator": 1}
+    assert usage["agent"]["input_tokens"] == 60 and usage["agent"]["cost_usd"] == pytest.approx((60 * 2.5 + 30 * 10) / 1e6)
+    agent_request = server.requests_for("agent-llm")[-1].body
+    assert agent_request["parallel_tool_calls"] is False and agent_request["temperature"] == 0.0
+    assert "Below are the SQL generation rules" in agent_request["messages"][0]["content"]
+
+
+def test_validator_rejection_reruns_with_the_explanation_carried_over(server, task, dbs):
+    script_happy_conversation(server, task, [{"explanation": "user revealed all goals at once", "result": "user_error",
+                                              "broken_rule": "gradual", "evidence": "x"},
+                                             {"explanation": "fine", "result": "no_error"}])
+    records = run_task_trial(task, 0, dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch(), settings_for(server))
+    assert [(r.rerun, r.termination, r.reward) for r in records] == [(0, "rejected_by_validator", None),
+                                                                    (1, "user_stop", 1.0)]
+    assert not records[0].valid and records[1].valid
+    checker_prompts = [r.body["contents"][0]["parts"][0]["text"] for r in server.requests_for("checker-llm")]
+    assert not any("user revealed all goals at once" in p for p in checker_prompts[:6])
+    assert all("Previous user mistakes" in p and "user revealed all goals at once" in p for p in checker_prompts[6:])
+
+
+def test_malformed_tool_call_gets_an_error_observation_and_the_agent_goes_on(server, task, dbs):
+    server.push(Reply(text="how many patients?"), Reply(text=END_TOKEN), model="user-llm")
+    server.push(Reply(tool="sql_execute", raw_args='{"query": "SELECT'),
+                Reply(tool="sql_execute", args={"query": task.gold_sql}), Reply(text="done"), model="agent-llm")
+    settings = settings_for(server, user_strategy="plain", validator_model=None)
+    [record] = run_task_trial(task, 0, dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch(), settings)
+    tools = [m["content"] for m in record.messages if m["role"] == "tool"]
+    assert tools[0].startswith("Error: malformed tool call: tool call arguments are not valid JSON")
+    assert (record.termination, record.reward) == ("user_stop", 1.0)
+
+
+def test_user_api_down_is_an_infrastructure_error_not_a_graded_end(server, task, dbs):
+    server.push(*[Reply(status=500)] * 3, model="user-llm")
+    [record] = run_task_trial(task, 0, dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch(),
+                              settings_for(server, user_strategy="plain"))
+    assert (record.termination, record.reward, record.valid) == ("infra_error_user", None, False)
+    assert record.validation is None  # never graded, never validated
+
+
+def test_user_reply_with_sql_or_glued_end_is_filtered_and_regenerated(server):
+    server.push(Reply(text="SELECT COUNT(*) FROM patients"), Reply(text="Perfect, thanks! ###END###"),
+                Reply(text=END_TOKEN), model="user-llm")
+    meter = UsageMeter()
+    cfg = {"provider": "gemini", "model": "user-llm", "base_url": server.url, "retry": FAST}
+    user = LLMUser(MeteredModel(build_model(cfg), "user", meter, Price()), "Your goal is x.", strategy="plain")
+    assert user.reply([Message("assistant", "Hi! How can I help you today?")]) == END_TOKEN
+    feedback = server.requests_for("user-llm")[-1].body["contents"][-1]["parts"][0]["text"]
+    assert "###END### must be the whole message" in feedback
+    assert meter.by_role["user"]["calls"] == 3
