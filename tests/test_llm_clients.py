@@ -98,3 +98,26 @@ def test_missing_keys_stop_at_start_naming_the_variable(monkeypatch):
         GeminiModel("gemini-2.5-flash")
     with pytest.raises(ConfigurationError, match="set OPENAI_API_KEY"):
         OpenAICompatibleModel("gpt-4o")
+
+
+def test_response_cache_reuses_identical_requests_only(server, monkeypatch, tmp_path):
+    from ehrbench.llm.registry import build_model
+
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test-key")
+    cfg = {"provider": "gemini", "model": "cached-llm", "base_url": server.url, "cache_dir": str(tmp_path),
+           "retry": {"max_attempts": 2, "initial_backoff_s": 0.01}}
+    server.push(Reply(text="first"), Reply(text="second"), model="cached-llm")
+    model = build_model(cfg)
+    ask = lambda text, seed: run(model.complete(ChatRequest([Message("user", text)], seed=seed)))  # noqa: E731
+    assert ask("hi", 1).text == "first"
+    assert ask("hi", 1).text == "first"          # from the cache: no request sent
+    assert ask("hi", 2).text == "second"         # another seed is another request
+    assert len(server.requests_for("cached-llm")) == 2 and model.hits == 1
+
+
+def test_bad_request_is_an_infrastructure_error_without_retries(model_factory, server):
+    server.push(Reply(status=400), Reply(text="never sent"))
+    model = model_factory()
+    with pytest.raises(InfrastructureError, match="400"):
+        run(model.complete(ChatRequest([Message("user", "hi")])))
+    assert model.attempts == 1

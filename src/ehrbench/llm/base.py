@@ -118,5 +118,8 @@ class ChatModel:
                 last = e
                 if attempt + 1 < self.retry.max_attempts:
                     await asyncio.sleep(self.retry.backoff(attempt, self._rng))
+            except Exception as e:  # bad request, context overflow, auth: not worth retrying, still not the agent's
+                raise InfrastructureError(f"{self.provider}:{self.model}: {type(e).__name__}: {e}"[:1000],
+                                          source="model") from None
         raise InfrastructureError(f"{self.provider}:{self.model} failed {self.retry.max_attempts} times: {last}",
                                   source="model")

@@ -37,7 +37,12 @@ def _create(cfg: dict) -> ChatModel:
 def build_model(cfg: dict) -> ChatModel:
     key = json.dumps(cfg, sort_keys=True, default=str)
     if key not in _CLIENTS:
-        _CLIENTS[key] = _create(cfg)
+        client = _create(cfg)
+        if cfg.get("cache_dir"):
+            from .cache import CachedModel
+
+            client = CachedModel(client, cfg["cache_dir"])
+        _CLIENTS[key] = client
     return _CLIENTS[key]
 
 
