@@ -9,7 +9,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Test-only keys, set before the session's Ray cluster starts so its workers inherit them; the fake LLM server on
 # loopback accepts anything. Tests about missing keys remove them for their own process.
-TEST_KEYS = {"GEMINI_API_KEY": "AIza-test-key-never-logged", "OPENAI_API_KEY": "sk-test-key-never-logged"}
+TEST_KEYS = {"GEMINI_API_KEY": "test-gemini-key-never-logged", "OPENAI_API_KEY": "test-openai-key-never-logged"}
 os.environ.update(TEST_KEYS)
 ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "data" / "tasks" / "ehrchatqa"

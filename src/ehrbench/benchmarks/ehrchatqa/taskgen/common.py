@@ -60,6 +60,22 @@ def q(value: str) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def in_list(values) -> str:
+    """Sorted SQL literals for an IN (...) list."""
+    return ", ".join(q(v) for v in sorted(values))
+
+
+def present_unless(source: str, column: str, target, wanted, cte: str = "found") -> str:
+    """Gold SQL of the AdaptQA pivot: the patient's stored `wanted` values, unless any `target` value is there.
+
+    `source` is "FROM ... WHERE <this patient>", `column` the (qualified) column holding the values.
+    """
+    name = column.rsplit(".", 1)[-1]
+    return (f"WITH target AS ( SELECT 1 {source} AND {column} IN ({in_list(target)}) ), "
+            f"{cte} AS ( SELECT DISTINCT {column} {source} AND {column} IN ({in_list(wanted)}) ) "
+            f"SELECT {name} FROM {cte} WHERE NOT EXISTS (SELECT 1 FROM target)")
+
+
 def lay(options: tuple[str, ...] | list[str], rng: random.Random) -> str:
     return rng.choice(list(options))
 

@@ -2,16 +2,12 @@
 from __future__ import annotations
 
 from ....schemas.eicu_star import shows_brand
-from .common import Context, q
+from .common import Context, present_unless, q
 
 NOW = "'2100-12-31 23:59:00'"
 PRESCRIBED = "FROM prescription m JOIN icupatient p ON m.unit_id = p.unit_id WHERE p.patient_id = {pid}"
 DIAGNOSED = "FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id WHERE p.patient_id = {pid}"
 TREATED = "FROM treatment t JOIN icupatient p ON t.unit_id = p.unit_id WHERE p.patient_id = {pid}"
-
-
-def _in(values) -> str:
-    return ", ".join(q(v) for v in sorted(values))
 
 
 def _since(column: str, days: int) -> str:
@@ -174,10 +170,7 @@ class EicuTasks:
                                   "JOIN icupatient p ON c.unit_id = p.unit_id")
 
     def related_unless(self, ctx, pid, target, related):
-        src = DIAGNOSED.format(pid=q(pid))
-        return (f"WITH target AS ( SELECT 1 {src} AND c.condition_name IN ({_in(target)}) ), related AS ( SELECT DISTINCT "
-                f"c.condition_name {src} AND c.condition_name IN ({_in(related)}) ) "
-                "SELECT condition_name FROM related WHERE NOT EXISTS (SELECT 1 FROM target)")
+        return present_unless(DIAGNOSED.format(pid=q(pid)), "c.condition_name", target, related, "related")
 
     def lab_patients(self, ctx, lab):
         return set(ctx.column("SELECT DISTINCT p.patient_id FROM lab l JOIN icupatient p ON l.unit_id = p.unit_id "
@@ -193,10 +186,8 @@ class EicuTasks:
                                   "JOIN icupatient p ON t.unit_id = p.unit_id")
 
     def procedure_unless(self, ctx, pid, key, alternative):
-        src = TREATED.format(pid=q(pid))
-        a, b = ctx.vocab.procedures[key].eicu, ctx.vocab.procedures[alternative].eicu
-        return (f"WITH a AS ( SELECT 1 {src} AND t.treatment_name = {q(a)} ), b AS ( SELECT DISTINCT t.treatment_name "
-                f"{src} AND t.treatment_name = {q(b)} ) SELECT treatment_name FROM b WHERE NOT EXISTS (SELECT 1 FROM a)")
+        return present_unless(TREATED.format(pid=q(pid)), "t.treatment_name", self.procedure_names(ctx, key),
+                              self.procedure_names(ctx, alternative), "alternative")
 
     def cohort_with_fallback(self, ctx, key, lab, threshold, heart_rate):
         ctes = (f"cond AS ( SELECT DISTINCT p.patient_id FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id "

@@ -1,16 +1,12 @@
 """MIMIC-IV* gold SQL and candidate lookups for the IncreQA (`incre.py`) and AdaptQA (`adapt.py`) templates."""
 from __future__ import annotations
 
-from .common import Context, q
+from .common import Context, in_list, present_unless, q
 
 NOW = "'2100-12-31 23:59:00'"
 DX_JOIN = "admissiondiagnoses ad JOIN diagnosiscodes dc ON ad.icdcode = dc.icdcode AND ad.codeversion = dc.codeversion"
 PX_JOIN = ("admissionprocedures ap JOIN procedurecodes pc ON ap.icdcode = pc.icdcode "
            "AND ap.codeversion = pc.codeversion")
-
-
-def _in(values) -> str:
-    return ", ".join(q(v) for v in sorted(values))
 
 
 def _since(column: str, days: int) -> str:
@@ -39,7 +35,7 @@ class MimicTasks:
         return {p.icd9[1], p.icd10[1]}
 
     def _dx_cte(self, ctx: Context, key: str, columns: str = "ad.patientid, ad.admissionid") -> str:
-        return f"dx AS ( SELECT DISTINCT {columns} FROM {DX_JOIN} WHERE dc.description IN ({_in(self.condition_names(ctx, key))}) )"
+        return f"dx AS ( SELECT DISTINCT {columns} FROM {DX_JOIN} WHERE dc.description IN ({in_list(self.condition_names(ctx, key))}) )"
 
     # --- IncreQA ---------------------------------------------------------------------------------------------------
     def present_conditions(self, ctx):
@@ -115,7 +111,7 @@ class MimicTasks:
 
     def procedure_cohort(self, ctx, key, days):
         return (f"WITH px AS ( SELECT ap.patientid, ap.recordeddatetime FROM {PX_JOIN} WHERE pc.description IN "
-                f"({_in(self.procedure_names(ctx, key))}) ) SELECT COUNT(DISTINCT patientid) FROM px "
+                f"({in_list(self.procedure_names(ctx, key))}) ) SELECT COUNT(DISTINCT patientid) FROM px "
                 f"WHERE {_since('recordeddatetime', days)}")
 
     def lab_values(self, ctx, lab):
@@ -142,9 +138,7 @@ class MimicTasks:
                 "SELECT CASE WHEN EXISTS (SELECT 1 FROM brand) THEN (SELECT COUNT(*) FROM brand) ELSE (SELECT COUNT(*) FROM generic) END")
 
     def drugs_unless(self, ctx, pid, names, exclude, cte):
-        return (f"WITH target AS ( SELECT 1 FROM medicationorders WHERE patientid = {pid} AND medicationname IN ({_in(exclude)}) ), "
-                f"{cte} AS ( SELECT DISTINCT medicationname FROM medicationorders WHERE patientid = {pid} AND medicationname IN ({_in(names)}) ) "
-                f"SELECT medicationname FROM {cte} WHERE NOT EXISTS (SELECT 1 FROM target)")
+        return present_unless(f"FROM medicationorders WHERE patientid = {pid}", "medicationname", exclude, names, cte)
 
     def condition_patients(self, ctx, key):
         return ctx.column(f"WITH {self._dx_cte(ctx, key, 'ad.patientid')} SELECT patientid FROM dx ORDER BY 1")
@@ -153,9 +147,7 @@ class MimicTasks:
         return ctx.grouped(f"SELECT DISTINCT ad.patientid, dc.description FROM {DX_JOIN}")
 
     def related_unless(self, ctx, pid, target, related):
-        return (f"WITH target AS ( SELECT 1 FROM {DX_JOIN} WHERE ad.patientid = {pid} AND dc.description IN ({_in(target)}) ), "
-                f"related AS ( SELECT DISTINCT dc.description FROM {DX_JOIN} WHERE ad.patientid = {pid} AND dc.description IN ({_in(related)}) ) "
-                "SELECT description FROM related WHERE NOT EXISTS (SELECT 1 FROM target)")
+        return present_unless(f"FROM {DX_JOIN} WHERE ad.patientid = {pid}", "dc.description", target, related, "related")
 
     def lab_patients(self, ctx, lab):
         return set(ctx.column(f"SELECT DISTINCT patientid FROM labresults WHERE itemcode = {ctx.vocab.labs[lab]['mimic_id']}"))
@@ -171,9 +163,8 @@ class MimicTasks:
         return ctx.grouped(f"SELECT DISTINCT ap.patientid, pc.description FROM {PX_JOIN}")
 
     def procedure_unless(self, ctx, pid, key, alternative):
-        return (f"WITH a AS ( SELECT 1 FROM {PX_JOIN} WHERE ap.patientid = {pid} AND pc.description IN ({_in(self.procedure_names(ctx, key))}) ), "
-                f"b AS ( SELECT DISTINCT pc.description FROM {PX_JOIN} WHERE ap.patientid = {pid} AND pc.description IN ({_in(self.procedure_names(ctx, alternative))}) ) "
-                "SELECT description FROM b WHERE NOT EXISTS (SELECT 1 FROM a)")
+        return present_unless(f"FROM {PX_JOIN} WHERE ap.patientid = {pid}", "pc.description",
+                              self.procedure_names(ctx, key), self.procedure_names(ctx, alternative), "alternative")
 
     def cohort_with_fallback(self, ctx, key, lab, threshold, heart_rate):
         name = ctx.vocab.labs[lab]["mimic"]
