@@ -117,3 +117,39 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
         if path.is_file():
             logged += path.read_text()
     assert not any(key in logged for key in TEST_KEYS.values())
+
+
+def test_rerunning_the_same_command_resumes_without_repeating_or_losing_trials(ray_cluster, tmp_path):
+    """A first run does 1 task per database and flow; the same config with 2 tasks runs only the new ones."""
+    import json
+
+    store = tmp_path / "mlruns"
+    base = [sys.executable, "-m", "ehrbench", "trials=2", "data.dictionary=used", f"data.root={tmp_path / 'gen'}",
+            f"data.index_cache={tmp_path / 'gen' / 'vi'}", f"tracking.root={store}",
+            f"runtime.address={ray_cluster.address_info['address']}", "tracking.log_traces=false"]
+    for limit in (1, 2):
+        out = subprocess.run(base + [f"limit_tasks={limit}", f"hydra.run.dir={tmp_path / f'out{limit}'}"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+    [folder] = [p for p in (store / "runs").iterdir()]
+    lines = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
+    keys = [(r["task_key"], r["trial"]) for r in lines]
+    assert len(keys) == len(set(keys)) == 4 * 2 * 2          # 4 db/flow pairs x 2 tasks x 2 trials, each once
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")   # one run, resumed
+    assert run.data.tags["ehrbench.resumed"] == "true" and run.data.metrics["trials_valid"] == 16
+    assert run.data.metrics["SR-2"] == 100.0 and run.data.metrics["tasks"] == 8
+
+
+def test_checkpoint_ignores_a_torn_last_line(tmp_path):
+    from ehrbench.runtime.checkpoint import TrialStore
+    from ehrbench.trial import TrialRecord
+
+    store = TrialStore(tmp_path)
+    store.append(TrialRecord("db/incre/1", 0, "user_stop", 1.0))
+    store.append(TrialRecord("db/incre/1", 1, "infra_error_model", None))
+    with store.path.open("a") as f:
+        f.write('{"task_key": "db/incre/2", "tri')  # the process died here
+    records = store.load()
+    assert [(r.task_key, r.trial) for r in records] == [("db/incre/1", 0), ("db/incre/1", 1)]
+    assert TrialStore.finished(records) == {("db/incre/1", 0)}   # the infra failure runs again

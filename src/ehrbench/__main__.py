@@ -100,19 +100,34 @@ def usage_metrics(records: list[TrialRecord]) -> dict[str, float]:
     return dict(totals)
 
 
+def open_checkpoint(folder: Path, resume: bool):
+    """The run's checkpoint folder; `resume=false` moves an earlier one aside (never deletes it)."""
+    import time
+
+    from .runtime.checkpoint import TrialStore
+
+    if not resume and folder.exists():
+        aside = folder.with_name(f"{folder.name}.replaced-{int(time.time())}")
+        folder.rename(aside)
+        log.info("resume=false: earlier records moved to %s", aside)
+    return TrialStore(folder)
+
+
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     import ray
 
     from .runtime.actors import start_database, start_value_index
     from .runtime.runner import build_indexes, run_trials
     from .schemas import WorldSpec, build_database
-    from .tracking.mlflow_tracker import MlflowTracker, local_store, write_jsonl
+    from .runtime.checkpoint import TrialStore, run_identity, task_digest
+    from .tracking.mlflow_tracker import MlflowTracker, local_store
     from .world.generator import WorldSize
 
     bench = cfg.benchmark
     settings = trial_settings(cfg)
     check_models(settings)
     tasks = load_task_dir(to_absolute_path(bench.task_dir), list(bench.databases), list(bench.flows))
+    identity = run_identity(OmegaConf.to_container(cfg, resolve=True), task_digest(tasks))
     if cfg.limit_tasks:
         kept, per = [], defaultdict(int)
         for t in tasks:
@@ -135,18 +150,28 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     run_name = cfg.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
     store_uri, artifacts = local_store(to_absolute_path(cfg.tracking.root))
+    checkpoint = open_checkpoint(Path(to_absolute_path(cfg.tracking.root)) / "runs" / identity, cfg.resume)
+    records: list[TrialRecord] = checkpoint.load()
+    done = TrialStore.finished(records)
+    if done:
+        log.info("resuming run %s: %d trials already finished", identity, len(done))
     tracker = MlflowTracker(store_uri, cfg.tracking.experiment or bench.name, run_name,
                             OmegaConf.to_container(cfg, resolve=True), artifact_location=artifacts,
-                            log_traces=cfg.tracking.log_traces)
-    records: list[TrialRecord] = []
+                            log_traces=cfg.tracking.log_traces, resume_run_id=checkpoint.run_id)
+    checkpoint.run_id = tracker.run.info.run_id
+    tracker.set_tags({"ehrbench.run_identity": identity})
 
     def on_record(record: TrialRecord) -> None:
+        checkpoint.append(record)  # on disk first: a crash after this line loses nothing
         records.append(record)
         tracker.log_trial(record)
 
     try:
         stats = run_trials(tasks, k, db_handles, index_handle, settings, on_record,
-                           max_in_flight=cfg.runtime.max_in_flight, max_attempts=cfg.runtime.max_attempts)
+                           max_in_flight=cfg.runtime.max_in_flight, max_attempts=cfg.runtime.max_attempts,
+                           skip=done)
+        wanted = {(t.key, i) for t in tasks for i in range(k)}
+        records = [r for r in records if (r.task_key, r.trial) in wanted]
         tasks_by_group: dict[str, int] = defaultdict(int)
         for t in tasks:
             for g in ("all", t.db_id, t.task_type, f"{t.db_id}/{t.task_type}"):
@@ -161,8 +186,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                         "mean_user_turns": sum(r.user_turns for r in valid) / max(1, len(valid)),
                         "mean_tool_calls": sum(r.tool_calls for r in valid) / max(1, len(valid))})
         tracker.log_metrics(metrics)
-        out = Path(to_absolute_path(cfg.tracking.root)) / "records" / f"{tracker.run.info.run_id}.jsonl"
-        tracker.log_artifact(write_jsonl(records, out))
+        tracker.log_artifact(checkpoint.path)
         tracker.log_text(text, "results_table.txt")
         tracker.finish()
     except BaseException:

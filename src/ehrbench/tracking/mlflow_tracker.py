@@ -6,7 +6,6 @@ reward as trace tags, so the UI's trace view can filter on them.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -31,6 +30,14 @@ def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
+def _run_exists(run_id: str) -> bool:
+    try:
+        mlflow.get_run(run_id)
+        return True
+    except mlflow.exceptions.MlflowException:
+        return False
+
+
 def local_store(root: str | Path) -> tuple[str, str]:
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -39,14 +46,20 @@ def local_store(root: str | Path) -> tuple[str, str]:
 
 class MlflowTracker:
     def __init__(self, tracking_uri: str, experiment: str, run_name: str, params: dict,
-                 artifact_location: str | None = None, log_traces: bool = True):
+                 artifact_location: str | None = None, log_traces: bool = True, resume_run_id: str | None = None):
         mlflow.set_tracking_uri(tracking_uri)
         if mlflow.get_experiment_by_name(experiment) is None:
             mlflow.create_experiment(experiment, artifact_location=artifact_location)
         mlflow.set_experiment(experiment)
-        self.run = mlflow.start_run(run_name=run_name)
         self.log_traces = log_traces
-        mlflow.log_params(flatten(params))
+        self.resumed = False
+        if resume_run_id and _run_exists(resume_run_id):
+            self.run = mlflow.start_run(run_id=resume_run_id)
+            self.resumed = True
+            mlflow.set_tag("ehrbench.resumed", "true")  # params stay those of the first start (they cannot change)
+        else:
+            self.run = mlflow.start_run(run_name=run_name)
+            mlflow.log_params(flatten(params))
 
     def log_trial(self, record: TrialRecord) -> None:
         if not self.log_traces:
@@ -75,19 +88,12 @@ class MlflowTracker:
     def log_artifact(self, path: str | Path) -> None:
         mlflow.log_artifact(str(path))
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        mlflow.set_tags(tags)
+
     def log_text(self, text: str, name: str) -> None:
         mlflow.log_text(text, name)
 
     def finish(self, status: str = "FINISHED") -> None:
         mlflow.flush_trace_async_logging() if hasattr(mlflow, "flush_trace_async_logging") else None
         mlflow.end_run(status=status)
-
-
-def write_jsonl(records: list[TrialRecord], path: Path) -> Path:
-    from dataclasses import asdict
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for r in records:
-            f.write(json.dumps(asdict(r), default=str) + "\n")
-    return path
