@@ -22,12 +22,17 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path):
 
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
-    assert run.data.metrics["SR-3"] == 100.0 and run.data.metrics["trials_valid"] == 24
+    m = run.data.metrics
+    assert m["SR-3"] == 100.0 and m["Pass_at_3"] == 100.0 and m["Pass_hat_3"] == 100.0 and m["Gap-3"] == 0.0
+    assert m["trials_valid"] == 24 and m["mimic_iv_star/adapt/SR-3"] == 100.0
+    assert m["category/adapt_ brand-generic name resolution/SR"] == 100.0
+    history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "all/curve/Pass_hat_k")
+    assert [(h.step, h.value) for h in history] == [(1, 100.0), (2, 100.0), (3, 100.0)]
     assert run.data.params["benchmark.name"] == "ehrchatqa" and run.data.params["trials"] == "3"
     traces = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list", max_results=100)
     assert len(traces) == 24
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
-    assert "results_table.txt" in artifacts and any(p.endswith(".jsonl") for p in artifacts)
+    assert {"results_table.txt", "records.jsonl", "per_task.csv", "pass_k_curve.png", "categories.png"} <= artifacts
 
 
 def test_bad_override_fails_before_any_work(tmp_path):
@@ -153,3 +158,32 @@ def test_checkpoint_ignores_a_torn_last_line(tmp_path):
     records = store.load()
     assert [(r.task_key, r.trial) for r in records] == [("db/incre/1", 0), ("db/incre/1", 1)]
     assert TrialStore.finished(records) == {("db/incre/1", 0)}   # the infra failure runs again
+
+
+def test_multirun_sweep_gives_one_tagged_run_per_combination(ray_cluster, tmp_path):
+    store = tmp_path / "mlruns"
+    out = subprocess.run([sys.executable, "-m", "ehrbench", "-m", "benchmark=ehrchatqa_mimic,ehrchatqa_eicu",
+                          "benchmark.flows=[incre]", "limit_tasks=1", "trials=1", "data.dictionary=used",
+                          f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
+                          f"tracking.root={store}", f"runtime.address={ray_cluster.address_info['address']}",
+                          "tracking.log_traces=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+    assert len(runs) == 2
+    assert {r.data.tags["ehrbench.sweep"] for r in runs} == {str(tmp_path / "sweep")}
+    assert sorted(r.data.params["benchmark.databases"] for r in runs) == ["['eicu_star']", "['mimic_iv_star']"]
+    assert sorted(r.data.tags["ehrbench.sweep_job"] for r in runs) == ["0", "1"]
+
+    # ... and the report compares them side by side
+    import csv
+
+    from ehrbench.report import main as report
+
+    assert report(["--tracking-uri", f"sqlite:///{store / 'mlflow.db'}", "--sweep", str(tmp_path / "sweep"),
+                   "--out", str(tmp_path / "report"), "--flows", "incre"]) == 0
+    rows = list(csv.DictReader((tmp_path / "report" / "comparison.csv").open()))
+    assert len(rows) == 2 and {r["incre SR"] for r in rows} == {"100.0"} and {r["k"] for r in rows} == {"1"}
+    assert (tmp_path / "report" / "pass_hat_k.png").stat().st_size > 1000
+    assert report(["--tracking-uri", f"sqlite:///{store / 'mlflow.db'}", "--sweep", "nope"]) == 2

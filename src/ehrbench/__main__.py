@@ -60,6 +60,48 @@ def results_table(records: list[TrialRecord], tasks_by_group: dict[str, int], k:
     return cap.get(), metrics
 
 
+def analysis(records: list[TrialRecord], tasks, k: int, out_dir: Path) -> tuple[dict, list[Path], dict]:
+    """Pass^k against k, SR per AdaptQA/IncreQA category, and the per-task table, as metrics and artifacts."""
+    import csv
+
+    from .metrics import curve
+    from .tracking.plots import category_bars, pass_k_curves
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups = group_rewards(records)
+    ks = list(range(1, k + 1))
+    metrics: dict[str, float] = {}
+    curves = {}
+    for g in ("all", "incre", "adapt"):
+        if g in groups:
+            summaries = curve(dict(groups[g]), range(1, k + 1))
+            curves[g] = {"Pass_at_k": [s.pass_at for s in summaries], "Pass_hat_k": [s.pass_hat for s in summaries]}
+    category_of = {t.key: f"{t.task_type}: {t.category or 'uncategorized'}" for t in tasks}
+    per_category: dict[str, list[float]] = defaultdict(list)
+    rows = []
+    for t in tasks:
+        rewards = groups.get("all", {}).get(t.key, [])
+        if rewards:
+            per_category[category_of[t.key]].append(sum(rewards) / len(rewards))
+        rows.append({"task": t.key, "db": t.db_id, "flow": t.task_type, "category": t.category or "",
+                     "trials": len(rewards), "successes": sum(1 for r in rewards if r >= 1.0),
+                     "sr": round(100 * sum(rewards) / len(rewards), 2) if rewards else ""})
+    categories = {c: 100 * sum(v) / len(v) for c, v in per_category.items()}
+    for c, v in categories.items():
+        metrics[f"category/{c}/SR"] = v
+    table = out_dir / "per_task.csv"
+    with table.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["task"])
+        writer.writeheader()
+        writer.writerows(rows)
+    files = [table]
+    if curves:
+        files.append(pass_k_curves(curves, ks, out_dir / "pass_k_curve.png", "Pass@k and Pass^k against k"))
+    if categories:
+        files.append(category_bars(categories, out_dir / "categories.png", f"SR-{k} by task category"))
+    return metrics, files, curves
+
+
 def trial_settings(cfg: DictConfig) -> TrialSettings:
     """Resolve `agent=auto` and `judge=auto`: a real model gets the tool-calling agent, an LLM user gets the validator."""
     plain = lambda node: OmegaConf.to_container(node, resolve=True)  # noqa: E731
@@ -98,6 +140,20 @@ def usage_metrics(records: list[TrialRecord]) -> dict[str, float]:
                 totals[f"{key}/{role}"] += row[key]
                 totals[f"{key}/all"] += row[key]
     return dict(totals)
+
+
+def sweep_tags() -> dict[str, str]:
+    """Under `-m` (Hydra multirun) every job's run carries the sweep's id, its job number and its overrides."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return {}
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return {}
+    return {"ehrbench.sweep": str(hc.sweep.dir), "ehrbench.sweep_job": str(hc.job.num),
+            "ehrbench.overrides": " ".join(hc.overrides.task)}
 
 
 def open_checkpoint(folder: Path, resume: bool):
@@ -159,7 +215,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                             OmegaConf.to_container(cfg, resolve=True), artifact_location=artifacts,
                             log_traces=cfg.tracking.log_traces, resume_run_id=checkpoint.run_id)
     checkpoint.run_id = tracker.run.info.run_id
-    tracker.set_tags({"ehrbench.run_identity": identity})
+    tracker.set_tags({"ehrbench.run_identity": identity, **sweep_tags()})
 
     def on_record(record: TrialRecord) -> None:
         checkpoint.append(record)  # on disk first: a crash after this line loses nothing
@@ -185,7 +241,15 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
                         "worker_failures": stats.worker_failures, "value_index_embedded_strings": embedded,
                         "mean_user_turns": sum(r.user_turns for r in valid) / max(1, len(valid)),
                         "mean_tool_calls": sum(r.tool_calls for r in valid) / max(1, len(valid))})
+        extra, files, curves = analysis(records, tasks, k, Path(to_absolute_path(cfg.tracking.root)) / "reports" /
+                                        tracker.run.info.run_id)
+        metrics.update(extra)
         tracker.log_metrics(metrics)
+        for group, series in curves.items():
+            for name, values in series.items():
+                tracker.log_curve(f"{group}/curve/{name}", values)
+        for f in files:
+            tracker.log_artifact(f)
         tracker.log_artifact(checkpoint.path)
         tracker.log_text(text, "results_table.txt")
         tracker.finish()

@@ -39,8 +39,9 @@ class Summary:
         return self.pass_at - self.pass_hat
 
     def as_dict(self, prefix: str = "") -> dict[str, float]:
+        """Metric names MLflow accepts ('@' and '^' are not allowed): SR-k, Pass_at_k, Pass_hat_k, Gap-k."""
         k = self.k
-        return {f"{prefix}SR-{k}": self.sr, f"{prefix}Pass@{k}": self.pass_at, f"{prefix}Pass^{k}": self.pass_hat,
+        return {f"{prefix}SR-{k}": self.sr, f"{prefix}Pass_at_{k}": self.pass_at, f"{prefix}Pass_hat_{k}": self.pass_hat,
                 f"{prefix}Gap-{k}": self.gap, f"{prefix}tasks": self.tasks, f"{prefix}incomplete": self.incomplete}
 
 

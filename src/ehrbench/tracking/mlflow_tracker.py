@@ -85,6 +85,11 @@ class MlflowTracker:
     def log_metrics(self, metrics: dict[str, float]) -> None:
         mlflow.log_metrics({re.sub(r"[^0-9A-Za-z_\-. /]", "_", k): float(v) for k, v in metrics.items()})
 
+    def log_curve(self, name: str, values: list[float]) -> None:
+        """A metric over k = 1..len(values), logged as steps (MLflow draws it as a line)."""
+        for k, v in enumerate(values, start=1):
+            mlflow.log_metric(re.sub(r"[^0-9A-Za-z_\-. /]", "_", name), float(v), step=k)
+
     def log_artifact(self, path: str | Path) -> None:
         mlflow.log_artifact(str(path))
 

@@ -1,0 +1,43 @@
+"""Plots for a run and for a comparison of runs (matplotlib, headless)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def pass_k_curves(curves: dict[str, dict[str, list[float]]], ks: list[int], path: Path, title: str) -> Path:
+    """curves: label -> {"Pass_at_k": [...], "Pass_hat_k": [...]} over ks (paper Figure 3a)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (label, series) in enumerate(curves.items()):
+        for name, shown, style in (("Pass_at_k", "Pass@k", "--"), ("Pass_hat_k", "Pass^k", "-")):
+            if name in series:
+                ax.plot(ks, series[name], style, color=f"C{i % 10}", marker="o", label=f"{label} {shown}")
+    ax.set_xlabel("k")
+    ax.set_ylabel("percent of tasks")
+    ax.set_xticks(ks)
+    ax.set_ylim(0, 105)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def category_bars(values: dict[str, float], path: Path, title: str, ylabel: str = "SR (percent)") -> Path:
+    names = sorted(values)
+    fig, ax = plt.subplots(figsize=(7, max(3, 0.35 * len(names))))
+    ax.barh(names, [values[n] for n in names], color="#4c72b0")
+    ax.set_xlim(0, 105)
+    ax.set_xlabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
