@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # loopback accepts anything. Tests about missing keys remove them for their own process.
 TEST_KEYS = {"GEMINI_API_KEY": "test-gemini-key-never-logged", "OPENAI_API_KEY": "test-openai-key-never-logged"}
 os.environ.update(TEST_KEYS)
+# `ray start` turns on token authentication; clients (this process, the main-job subprocesses, the job CLI) present
+# the token it wrote to ~/.ray/auth_token once told so. Ray reads this when it is imported, hence here.
+os.environ["RAY_AUTH_MODE"] = "token"
 ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "data" / "tasks" / "ehrchatqa"
 
@@ -34,14 +40,36 @@ def dbs(db_paths):
     return {db: Database(p, db) for db, p in db_paths.items()}
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RayCluster:
+    address: str        # GCS address, for ray.init / runtime.address
+    dashboard: str      # HTTP address, for `ray job submit --address`
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
+    """One real cluster for the whole session, started as an operator would: `ray start --head`."""
     import ray
 
-    ctx = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                   runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}})
-    yield ctx
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    port, dash = _free_port(), _free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=true",
+                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--disable-usage-stats"],
+                   check=True, capture_output=True, env=env, timeout=180)
+    cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dash}")
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield cluster
     ray.shutdown()
+    subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120)
 
 
 class EchoIndex:

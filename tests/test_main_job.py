@@ -14,7 +14,7 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path):
     store = tmp_path / "mlruns"
     cmd = [sys.executable, "-m", "ehrbench", "limit_tasks=2", "trials=3", "data.dictionary=used",
            f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}", f"tracking.root={store}",
-           f"runtime.address={ray_cluster.address_info['address']}", f"hydra.run.dir={tmp_path / 'out'}"]
+           f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
@@ -103,7 +103,7 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
                "model=gpt-4o", f"model.base_url={server.url}/v1", "user=gemini-2.0-flash",
                f"+user.model.base_url={server.url}", f"+judge.model.base_url={server.url}",
                f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
-               f"tracking.root={store}", f"runtime.address={ray_cluster.address_info['address']}",
+               f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                f"hydra.run.dir={tmp_path / 'out'}"]
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     finally:
@@ -116,12 +116,12 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
     assert (m["calls/agent"], m["calls/user"], m["calls/verifier"], m["calls/validator"]) == (4, 4, 4, 1)
     assert m["input_tokens/agent"] == 40 and m["cost_usd/agent"] == pytest.approx((40 * 2.5 + 20 * 10.0) / 1e6)
     assert m["cost_usd/all"] > m["cost_usd/agent"]
-    logged = json.dumps(run.data.params) + out.stdout + out.stderr
-    records = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / "art"))
-    for path in Path(records).rglob("*"):
-        if path.is_file():
-            logged += path.read_text()
-    assert not any(key in logged for key in TEST_KEYS.values())
+    logged = (json.dumps(run.data.params) + json.dumps(run.data.tags) + out.stdout + out.stderr).encode()
+    artifacts = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / "art"))
+    files = [p for p in Path(artifacts).rglob("*") if p.is_file()]
+    assert any(p.name == "records.jsonl" for p in files)
+    logged += b"".join(p.read_bytes() for p in files)
+    assert not any(key.encode() in logged for key in TEST_KEYS.values())
 
 
 def test_rerunning_the_same_command_resumes_without_repeating_or_losing_trials(ray_cluster, tmp_path):
@@ -131,7 +131,7 @@ def test_rerunning_the_same_command_resumes_without_repeating_or_losing_trials(r
     store = tmp_path / "mlruns"
     base = [sys.executable, "-m", "ehrbench", "trials=2", "data.dictionary=used", f"data.root={tmp_path / 'gen'}",
             f"data.index_cache={tmp_path / 'gen' / 'vi'}", f"tracking.root={store}",
-            f"runtime.address={ray_cluster.address_info['address']}", "tracking.log_traces=false"]
+            f"runtime.address={ray_cluster.address}", "tracking.log_traces=false"]
     for limit in (1, 2):
         out = subprocess.run(base + [f"limit_tasks={limit}", f"hydra.run.dir={tmp_path / f'out{limit}'}"], cwd=ROOT,
                              capture_output=True, text=True, timeout=600)
@@ -165,7 +165,7 @@ def test_multirun_sweep_gives_one_tagged_run_per_combination(ray_cluster, tmp_pa
     out = subprocess.run([sys.executable, "-m", "ehrbench", "-m", "benchmark=ehrchatqa_mimic,ehrchatqa_eicu",
                           "benchmark.flows=[incre]", "limit_tasks=1", "trials=1", "data.dictionary=used",
                           f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
-                          f"tracking.root={store}", f"runtime.address={ray_cluster.address_info['address']}",
+                          f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                           "tracking.log_traces=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -187,3 +187,31 @@ def test_multirun_sweep_gives_one_tagged_run_per_combination(ray_cluster, tmp_pa
     assert len(rows) == 2 and {r["incre SR"] for r in rows} == {"100.0"} and {r["k"] for r in rows} == {"1"}
     assert (tmp_path / "report" / "pass_hat_k.png").stat().st_size > 1000
     assert report(["--tracking-uri", f"sqlite:///{store / 'mlflow.db'}", "--sweep", "nope"]) == 2
+
+
+def test_ray_job_submission_to_a_running_cluster(ray_cluster, tmp_path):
+    """The README's `ray job submit` command against the session's `ray start --head` cluster; status and logs read back."""
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    store = tmp_path / "mlruns"
+    submit = [ray_bin, "job", "submit", "--address", ray_cluster.dashboard, "--working-dir", ".",
+              "--submission-id", "ehrbench-test-job", "--", sys.executable, "jobs/evaluate.py",
+              "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]", "limit_tasks=1", "trials=1",
+              "data.dictionary=used", f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
+              f"tracking.root={store}", "runtime.address=auto", f"hydra.run.dir={tmp_path / 'out'}"]
+    import time
+
+    for _ in range(30):  # right after `ray start` the job agent may not be up yet
+        out = subprocess.run(submit, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        if "No available agent" not in out.stdout + out.stderr:
+            break
+        time.sleep(3)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    status = subprocess.run([ray_bin, "job", "status", "--address", ray_cluster.dashboard, "ehrbench-test-job"],
+                            capture_output=True, text=True, timeout=60)
+    assert "ehrbench-test-job' succeeded" in status.stdout + status.stderr
+    logs = subprocess.run([ray_bin, "job", "logs", "--address", ray_cluster.dashboard, "ehrbench-test-job"],
+                          capture_output=True, text=True, timeout=60).stdout
+    assert "│ all                 │     1 │ 100.0 │  100.0 │  100.0 │   0.0 │          0 │" in logs
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+    assert run.data.metrics["SR-1"] == 100.0

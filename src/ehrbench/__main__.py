@@ -23,6 +23,9 @@ from .metrics import summarize
 from .trial import Limits, Termination, TrialRecord
 
 log = logging.getLogger("ehrbench")
+# conf/ sits at the repository root (product layout). An absolute path makes Hydra read it as a folder from any entry
+# point (`python -m ehrbench`, `jobs/evaluate.py`, a Ray job's working dir); EHRBENCH_CONF_DIR points elsewhere.
+CONF_DIR = os.environ.get("EHRBENCH_CONF_DIR") or str(Path(__file__).resolve().parents[2] / "conf")
 
 
 def group_rewards(records: list[TrialRecord], key=lambda task_key: task_key) -> dict[str, dict[str, list[float]]]:
@@ -262,7 +265,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
