@@ -215,3 +215,43 @@ def test_ray_job_submission_to_a_running_cluster(ray_cluster, tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
     assert run.data.metrics["SR-1"] == 100.0
+
+
+def test_tracking_to_an_mlflow_server(ray_cluster, tmp_path):
+    """tracking=server against a real `mlflow server` on loopback: the run, its metrics and artifacts land there."""
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
+                               "--port", str(port), "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                               "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{uri}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        out = subprocess.run([sys.executable, "-m", "ehrbench", "tracking=server", f"tracking.uri={uri}",
+                              f"tracking.root={tmp_path / 'local'}", "benchmark=ehrchatqa_eicu", "benchmark.flows=[adapt]",
+                              "limit_tasks=1", "trials=2", "data.dictionary=used", f"data.root={tmp_path / 'gen'}",
+                              f"data.index_cache={tmp_path / 'gen' / 'vi'}", f"runtime.address={ray_cluster.address}",
+                              f"hydra.run.dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        mlflow.set_tracking_uri(uri)
+        [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+        assert run.data.metrics["SR-2"] == 100.0 and run.data.params["tracking.name"] == "server"
+        assert len(mlflow.search_traces(locations=[run.info.experiment_id], return_type="list")) == 2
+        names = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+        assert "records.jsonl" in names and (tmp_path / "server-artifacts").exists()
+        assert not (tmp_path / "local" / "mlflow.db").exists()   # nothing went to a local store
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -208,7 +208,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     embedded = build_indexes(db_handles, index_handle)
 
     run_name = cfg.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
-    store_uri, artifacts = local_store(to_absolute_path(cfg.tracking.root))
+    if cfg.tracking.get("uri"):   # a tracking server keeps its own artifact store
+        store_uri, artifacts = cfg.tracking.uri, None
+    else:
+        store_uri, artifacts = local_store(to_absolute_path(cfg.tracking.root))
     checkpoint = open_checkpoint(Path(to_absolute_path(cfg.tracking.root)) / "runs" / identity, cfg.resume)
     records: list[TrialRecord] = checkpoint.load()
     done = TrialStore.finished(records)
@@ -260,8 +263,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         tracker.finish(status="FAILED")
         raise
     print(text)
-    print(f"MLflow run {tracker.run.info.run_id} in {store_uri} "
-          f"(browse: mlflow ui --backend-store-uri {store_uri})")
+    browse = store_uri if store_uri.startswith("http") else f"mlflow ui --backend-store-uri {store_uri}"
+    print(f"MLflow run {tracker.run.info.run_id} in {store_uri} (browse: {browse})")
     return metrics
 
 
