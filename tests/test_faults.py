@@ -1,0 +1,75 @@
+"""Faults with real processes: a trial worker and a database actor killed mid-run, the driver killed and re-run."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+
+from .conftest import ROOT
+
+
+def _main_job(tmp_path: Path, cluster, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "ehrbench", "trials=2", "data.dictionary=used", f"data.root={tmp_path / 'gen'}",
+            f"data.index_cache={tmp_path / 'gen' / 'vi'}", f"tracking.root={tmp_path / 'mlruns'}",
+            f"runtime.address={cluster.address}", "tracking.log_traces=false",
+            f"hydra.run.dir={tmp_path / 'out'}", *extra]
+
+
+def _pids(pattern: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out]
+
+
+def _records(tmp_path: Path) -> list[dict]:
+    [folder] = [p for p in (tmp_path / "mlruns" / "runs").iterdir() if "." not in p.name]
+    return [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _wait_for_records(tmp_path: Path, n: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if len(_records(tmp_path)) >= n:
+                return
+        except (FileNotFoundError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} records before the job ended or timed out")
+
+
+def test_killed_worker_and_actor_cost_a_retry_not_a_trial(ray_cluster, tmp_path):
+    proc = subprocess.Popen(_main_job(tmp_path, ray_cluster, "limit_tasks=12"), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_records(tmp_path, 10, proc)
+    killed = [p for pattern in ("ray::trial_task", "ray::DatabaseActor") for p in _pids(pattern)[:1]]
+    assert killed, "no trial worker or database actor to kill"
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    records = _records(tmp_path)
+    finished = [(r["task_key"], r["trial"]) for r in records if r["termination"] == "user_stop"]
+    assert len(finished) == len(set(finished)) == 4 * 12 * 2          # every trial exactly once, none lost
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+    assert run.data.metrics["SR-2"] == 100.0 and run.data.metrics["incomplete"] == 0
+
+
+def test_driver_killed_mid_run_then_rerun_resumes_without_duplicates_or_loss(ray_cluster, tmp_path):
+    cmd = _main_job(tmp_path, ray_cluster, "limit_tasks=15")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_records(tmp_path, 20, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    before = {(r["task_key"], r["trial"]) for r in _records(tmp_path)}
+    assert 20 <= len(before) < 4 * 15 * 2                               # killed part-way
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    keys = [(r["task_key"], r["trial"]) for r in _records(tmp_path)]
+    assert len(keys) == len(set(keys)) == 4 * 15 * 2                    # no duplicate, no loss
+    assert before <= set(keys)
+    assert "resuming run" in out.stderr + out.stdout
