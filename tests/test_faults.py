@@ -73,3 +73,55 @@ def test_driver_killed_mid_run_then_rerun_resumes_without_duplicates_or_loss(ray
     assert len(keys) == len(set(keys)) == 4 * 15 * 2                    # no duplicate, no loss
     assert before <= set(keys)
     assert "resuming run" in out.stderr + out.stdout
+
+
+def _start_mlflow_server(tmp_path: Path, port: int) -> subprocess.Popen:
+    import urllib.request
+
+    server = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
+                               "--port", str(port), "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                               "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            return server
+        except OSError:
+            time.sleep(0.25)
+    raise AssertionError("mlflow server did not start")
+
+
+def _stop(server: subprocess.Popen) -> None:
+    os.killpg(server.pid, signal.SIGKILL)   # the server and its workers
+    server.wait(timeout=30)
+
+
+def test_mlflow_server_down_fails_loudly_with_nothing_lost_and_a_rerun_completes(ray_cluster, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+    cmd = _main_job(tmp_path, ray_cluster, "limit_tasks=12", "tracking=server",
+                    f"tracking.uri=http://127.0.0.1:{port}")
+    server = _start_mlflow_server(tmp_path, port)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    _wait_for_records(tmp_path, 10, proc)
+    _stop(server)                                                       # the server goes away mid-run
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode != 0                                         # loudly
+    on_disk = {(r["task_key"], r["trial"]) for r in _records(tmp_path)}
+    assert len(on_disk) >= 10                                           # nothing that finished is lost
+
+    server = _start_mlflow_server(tmp_path, port)                       # back again
+    try:
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        keys = [(r["task_key"], r["trial"]) for r in _records(tmp_path)]
+        assert len(keys) == len(set(keys)) == 4 * 12 * 2 and on_disk <= set(keys)
+        mlflow.set_tracking_uri(f"http://127.0.0.1:{port}")
+        [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+        assert run.data.metrics["trials_valid"] == 4 * 12 * 2 and run.data.metrics["SR-2"] == 100.0
+    finally:
+        _stop(server)
