@@ -57,6 +57,8 @@ def test_killed_worker_and_actor_cost_a_retry_not_a_trial(ray_cluster, tmp_path)
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
     assert run.data.metrics["SR-2"] == 100.0 and run.data.metrics["incomplete"] == 0
+    infra = sum(1 for r in records if r["termination"].startswith("infra_error"))
+    assert run.data.metrics["trial_resubmissions"] == infra            # each broken attempt ran again
 
 
 def test_driver_killed_mid_run_then_rerun_resumes_without_duplicates_or_loss(ray_cluster, tmp_path):

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from .benchmarks.ehrchatqa.benchmark import TrialSettings
 from .benchmarks.ehrchatqa.tasks import TaskFileError, load_task_dir
 from .llm.base import ConfigurationError
-from .metrics import summarize
+from .metrics import curve, summarize
 from .trial import Limits, Termination, TrialRecord
 
 log = logging.getLogger("ehrbench")
@@ -67,7 +67,6 @@ def analysis(records: list[TrialRecord], tasks, k: int, out_dir: Path) -> tuple[
     """Pass^k against k, SR per AdaptQA/IncreQA category, and the per-task table, as metrics and artifacts."""
     import csv
 
-    from .metrics import curve
     from .tracking.plots import category_bars, pass_k_curves
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -176,9 +175,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     import ray
 
     from .runtime.actors import start_database, start_value_index
+    from .runtime.checkpoint import TrialStore, run_identity, task_digest
     from .runtime.runner import build_indexes, run_trials
     from .schemas import WorldSpec, build_database
-    from .runtime.checkpoint import TrialStore, run_identity, task_digest
     from .tracking.mlflow_tracker import MlflowTracker, local_store
     from .world.generator import WorldSize
 
@@ -244,7 +243,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         metrics.update(usage_metrics(records))
         metrics.update({"trials_valid": len(valid), "trials_rejected_by_validator": rejected,
                         "trials_infra_errors": len(records) - len(valid) - rejected,
-                        "worker_failures": stats.worker_failures, "value_index_embedded_strings": embedded,
+                        "worker_failures": stats.worker_failures, "trial_resubmissions": stats.infra_retries,
+                        "value_index_embedded_strings": embedded,
                         "mean_user_turns": sum(r.user_turns for r in valid) / max(1, len(valid)),
                         "mean_tool_calls": sum(r.tool_calls for r in valid) / max(1, len(valid))})
         extra, files, curves = analysis(records, tasks, k, Path(to_absolute_path(cfg.tracking.root)) / "reports" /
