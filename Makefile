@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench bench-throughput clean
 install: $(BIN)/.installed
 
 run: install
@@ -23,7 +23,10 @@ test: install
 	$(BIN)/python -m pytest -q $(ARGS)
 
 bench: install
-	$(BIN)/python bench/bench_ehrchatqa.py $(ARGS)
+	$(BIN)/python bench/bench_world.py $(ARGS)
+
+bench-throughput: install
+	$(BIN)/python bench/bench_throughput.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) data/generated mlruns/* .cache

@@ -72,6 +72,17 @@ def ray_cluster():
     subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120)
 
 
+def run_local_trial(task, dbs, web, settings=None, index=None):
+    """Every attempt of one trial, in this process: the database and index behind `LocalHost`s."""
+    import asyncio
+
+    from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings, run_task_trial
+    from ehrbench.runtime.hosts import LocalHost
+
+    return asyncio.run(run_task_trial(task, 0, LocalHost(dbs[task.db_id]), LocalHost(index or EchoIndex()), web,
+                                      settings or TrialSettings()))
+
+
 class EchoIndex:
     """Stands in for the value index where a test is about tool strings, not embeddings."""
 

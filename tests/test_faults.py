@@ -45,7 +45,7 @@ def test_killed_worker_and_actor_cost_a_retry_not_a_trial(ray_cluster, tmp_path)
     proc = subprocess.Popen(_main_job(tmp_path, ray_cluster, "limit_tasks=12"), cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_records(tmp_path, 10, proc)
-    killed = [p for pattern in ("ray::trial_task", "ray::DatabaseActor") for p in _pids(pattern)[:1]]
+    killed = [p for pattern in ("ray::TrialWorker", "ray::DatabaseShard") for p in _pids(pattern)[:1]]
     assert killed, "no trial worker or database actor to kill"
     for pid in killed:
         os.kill(pid, signal.SIGKILL)

@@ -3,11 +3,12 @@
 Four models take part, each with its own script: the agent (OpenAI protocol), the user, its checker (verifier and
 reflection) and the validator (Gemini protocol).
 """
+import asyncio
 import json
 
 import pytest
 
-from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings, run_task_trial
+from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings
 from ehrbench.benchmarks.ehrchatqa.tasks import load_tasks
 from ehrbench.benchmarks.ehrchatqa.web_search import VocabularyWebSearch
 from ehrbench.llm.usage import MeteredModel, Price, UsageMeter
@@ -15,7 +16,7 @@ from ehrbench.llm.registry import build_model
 from ehrbench.trial import END_TOKEN, Message
 from ehrbench.users.llm_user import LLMUser
 
-from .conftest import TASK_DIR, EchoIndex
+from .conftest import TASK_DIR, run_local_trial
 from .fake_llm_server import FakeLLMServer, Reply
 
 FAST = {"max_attempts": 3, "initial_backoff_s": 0.01, "max_backoff_s": 0.05}
@@ -70,7 +71,7 @@ def script_happy_conversation(server, task, validator_verdicts):
 
 def test_full_trial_agent_explores_user_refines_validator_passes_reward_computed(server, task, dbs):
     script_happy_conversation(server, task, [{"explanation": "fine", "result": "no_error"}])
-    [record] = run_task_trial(task, 0, dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch(), settings_for(server))
+    [record] = run_local_trial(task, dbs, VocabularyWebSearch(), settings_for(server))
     assert (record.termination, record.reward, record.validation["result"]) == ("user_stop", 1.0, "no_error")
     assert record.tool_calls == 3 and record.user_turns == 4
     user_texts = [m["content"] for m in record.messages if m["role"] == "user"]
@@ -88,7 +89,7 @@ def test_validator_rejection_reruns_with_the_explanation_carried_over(server, ta
     script_happy_conversation(server, task, [{"explanation": "user revealed all goals at once", "result": "user_error",
                                               "broken_rule": "gradual", "evidence": "x"},
                                              {"explanation": "fine", "result": "no_error"}])
-    records = run_task_trial(task, 0, dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch(), settings_for(server))
+    records = run_local_trial(task, dbs, VocabularyWebSearch(), settings_for(server))
     assert [(r.rerun, r.termination, r.reward) for r in records] == [(0, "rejected_by_validator", None),
                                                                     (1, "user_stop", 1.0)]
     assert not records[0].valid and records[1].valid
@@ -102,7 +103,7 @@ def test_malformed_tool_call_gets_an_error_observation_and_the_agent_goes_on(ser
     server.push(Reply(tool="sql_execute", raw_args='{"query": "SELECT'),
                 Reply(tool="sql_execute", args={"query": task.gold_sql}), Reply(text="done"), model="agent-llm")
     settings = settings_for(server, user_strategy="plain", validator_model=None)
-    [record] = run_task_trial(task, 0, dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch(), settings)
+    [record] = run_local_trial(task, dbs, VocabularyWebSearch(), settings)
     tools = [m["content"] for m in record.messages if m["role"] == "tool"]
     assert tools[0].startswith("Error: malformed tool call: tool call arguments are not valid JSON")
     assert (record.termination, record.reward) == ("user_stop", 1.0)
@@ -110,8 +111,7 @@ def test_malformed_tool_call_gets_an_error_observation_and_the_agent_goes_on(ser
 
 def test_user_api_down_is_an_infrastructure_error_not_a_graded_end(server, task, dbs):
     server.push(*[Reply(status=500)] * 3, model="user-llm")
-    [record] = run_task_trial(task, 0, dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch(),
-                              settings_for(server, user_strategy="plain"))
+    [record] = run_local_trial(task, dbs, VocabularyWebSearch(), settings_for(server, user_strategy="plain"))
     assert (record.termination, record.reward, record.valid) == ("infra_error_user", None, False)
     assert record.validation is None  # never graded, never validated
 
@@ -122,7 +122,7 @@ def test_user_reply_with_sql_or_glued_end_is_filtered_and_regenerated(server):
     meter = UsageMeter()
     cfg = {"provider": "gemini", "model": "user-llm", "base_url": server.url, "retry": FAST}
     user = LLMUser(MeteredModel(build_model(cfg), "user", meter, Price()), "Your goal is x.", strategy="plain")
-    assert user.reply([Message("assistant", "Hi! How can I help you today?")]) == END_TOKEN
+    assert asyncio.run(user.reply([Message("assistant", "Hi! How can I help you today?")])) == END_TOKEN
     feedback = server.requests_for("user-llm")[-1].body["contents"][-1]["parts"][0]["text"]
     assert "###END### must be the whole message" in feedback
     assert meter.by_role["user"]["calls"] == 3

@@ -31,6 +31,16 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path):
     assert run.data.params["benchmark.name"] == "ehrchatqa" and run.data.params["trials"] == "3"
     traces = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list", max_results=100)
     assert len(traces) == 24
+    for trace in traces:   # the rule reward as an assessment; spans in the order and times they happened
+        [reward] = [a for a in trace.info.assessments if a.name == "reward"]
+        assert reward.value == 1.0 and reward.source.source_type == "CODE"
+        spans = trace.data.spans
+        root = next(s for s in spans if s.parent_id is None)
+        assert all(root.start_time_ns <= s.start_time_ns <= s.end_time_ns <= root.end_time_ns for s in spans)
+        kinds = [s.span_type for s in sorted(spans, key=lambda s: s.start_time_ns)]
+        assert kinds.count("TOOL") >= 2 and "CHAT_MODEL" in kinds
+        steps = {s.span_id for s in spans if s.name in ("agent step", "user turn")}
+        assert all(s.parent_id in steps for s in spans if s.span_type == "CHAT_MODEL")   # calls inside their turn
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"results_table.txt", "records.jsonl", "per_task.csv", "pass_k_curve.png", "categories.png"} <= artifacts
 
@@ -116,6 +126,13 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
     assert (m["calls/agent"], m["calls/user"], m["calls/verifier"], m["calls/validator"]) == (4, 4, 4, 1)
     assert m["input_tokens/agent"] == 40 and m["cost_usd/agent"] == pytest.approx((40 * 2.5 + 20 * 10.0) / 1e6)
     assert m["cost_usd/all"] > m["cost_usd/agent"]
+    [trace] = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list")
+    [verdict] = [a for a in trace.info.assessments if a.name == "simulation_validity"]
+    assert (verdict.value, verdict.source.source_type, verdict.rationale) == ("no_error", "LLM_JUDGE", "ok")
+    calls = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
+    assert sorted(s.attributes["role"] for s in calls) == sorted(["agent"] * 4 + ["user"] * 4 + ["verifier"] * 4 +
+                                                              ["validator"])
+    assert sum(s.attributes["input_tokens"] for s in calls if s.attributes["role"] == "agent") == 40
     logged = (json.dumps(run.data.params) + json.dumps(run.data.tags) + out.stdout + out.stderr).encode()
     artifacts = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path / "art"))
     files = [p for p in Path(artifacts).rglob("*") if p.is_file()]

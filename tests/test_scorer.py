@@ -1,4 +1,13 @@
-from ehrbench.benchmarks.ehrchatqa.scorer import adapt_reward, answer_matches, incre_reward
+import asyncio
+
+from ehrbench.benchmarks.ehrchatqa.scorer import adapt_reward, answer_matches
+from ehrbench.benchmarks.ehrchatqa.scorer import incre_reward as incre_reward_async
+
+
+def incre_reward(queries, gold, execute):
+    async def run_query(sql):
+        return execute(sql)
+    return asyncio.run(incre_reward_async(queries, gold, run_query))
 
 
 def run(rows):

@@ -1,3 +1,4 @@
+import asyncio
 import json
 
 import pytest
@@ -5,14 +6,24 @@ import pytest
 from ehrbench.benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS
 from ehrbench.benchmarks.ehrchatqa.tools import ToolSuite
 from ehrbench.benchmarks.ehrchatqa.web_search import VocabularyWebSearch
+from ehrbench.runtime.hosts import LocalHost
 
 from .conftest import EchoIndex
 
 
+class Tools:
+    """A ToolSuite over in-process hosts, called synchronously (each call on its own event loop)."""
+
+    def __init__(self, db, index, web):
+        self.suite = ToolSuite("mimic_iv_star", LocalHost(db), LocalHost(index), web, INDEXED_COLUMNS["mimic_iv_star"])
+
+    def call(self, name, arguments):
+        return asyncio.run(self.suite.call(name, arguments))
+
+
 @pytest.fixture(scope="module")
 def tools(dbs):
-    return ToolSuite("mimic_iv_star", dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch(),
-                     INDEXED_COLUMNS["mimic_iv_star"])
+    return Tools(dbs["mimic_iv_star"], EchoIndex(), VocabularyWebSearch())
 
 
 def test_table_search_lists_tables(tools):
@@ -42,11 +53,11 @@ def test_value_substring_search_strings(tools):
 
 
 def test_value_similarity_search_strings(tools, dbs):
-    many = ToolSuite("mimic_iv_star", dbs["mimic_iv_star"], EchoIndex(["a", "b"]), None, INDEXED_COLUMNS["mimic_iv_star"])
+    many = Tools(dbs["mimic_iv_star"], EchoIndex(["a", "b"]), None)
     args = {"table": "labtesttypes", "column": "itemname", "value": "hb"}
     assert many.call("value_similarity_search", args) == "I found close matches in labtesttypes.itemname: ['a', 'b']."
     assert tools.call("value_similarity_search", args) == "I found one close match in labtesttypes.itemname: ['hb']."
-    none = ToolSuite("mimic_iv_star", dbs["mimic_iv_star"], EchoIndex([]), None, INDEXED_COLUMNS["mimic_iv_star"])
+    none = Tools(dbs["mimic_iv_star"], EchoIndex([]), None)
     assert none.call("value_similarity_search", args) == "No matches found in labtesttypes.itemname for 'hb'."
     assert tools.call("value_similarity_search", {"table": "demographics", "column": "gender", "value": "f"}).startswith(
         "Error: demographics.gender is not pre-indexed")

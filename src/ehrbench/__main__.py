@@ -1,8 +1,8 @@
 """The main job: `python -m ehrbench [overrides]` runs a benchmark for k trials per task on Ray and logs to MLflow.
 
-Steps: build (or reuse) the databases, start Ray with one actor per database and one value-index actor, build (or
-reuse) the value indexes, run every trial as a Ray task, stream each finished trial to MLflow as a trace and to a
-JSONL file, then log metrics and artifacts and print the results table.
+Steps: build (or reuse) the databases, start Ray with database shards and a value-index actor, build (or reuse) the
+value indexes, start rate limiters, user simulators and trial workers, run every trial, stream each finished trial to
+MLflow as a trace and to a JSONL file, then log metrics and artifacts and print the results table.
 """
 from __future__ import annotations
 
@@ -116,6 +116,8 @@ def trial_settings(cfg: DictConfig) -> TrialSettings:
     bench = cfg.benchmark
     return TrialSettings(
         agent=agent, user="llm" if llm_user else "scripted",
+        agent_latency_s=cfg.model.get("latency_s", 0.0) if scripted else 0.0,
+        user_latency_s=cfg.user.get("latency_s", 0.0) if not llm_user else 0.0,
         agent_model=None if agent == "reference" else plain(cfg.model),
         user_model=plain(cfg.user.model) if llm_user else None,
         user_strategy=cfg.user.get("strategy", "reflection"), user_temperature=cfg.user.get("temperature", 1.0),
@@ -174,9 +176,8 @@ def open_checkpoint(folder: Path, resume: bool):
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     import ray
 
-    from .runtime.actors import start_database, start_value_index
     from .runtime.checkpoint import TrialStore, run_identity, task_digest
-    from .runtime.runner import build_indexes, run_trials
+    from .runtime.runner import RuntimeOptions, build_indexes, run_trials, start_runtime, start_workers
     from .schemas import WorldSpec, build_database
     from .tracking.mlflow_tracker import MlflowTracker, local_store
     from .world.generator import WorldSize
@@ -202,9 +203,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     ray.init(address=cfg.runtime.address, ignore_reinit_error=True, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    db_handles = {db_id: start_database(p, db_id) for db_id, p in paths.items()}
-    index_handle = start_value_index(to_absolute_path(cfg.data.index_cache))
-    embedded = build_indexes(db_handles, index_handle)
+    options = RuntimeOptions(**{f: cfg.runtime[f] for f in RuntimeOptions.__dataclass_fields__ if f in cfg.runtime})
+    runtime = start_runtime(paths, to_absolute_path(cfg.data.index_cache), options)
+    embedded = build_indexes(runtime.databases, runtime.index)
+    settings = start_workers(runtime, settings, options)
 
     run_name = cfg.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
     if cfg.tracking.get("uri"):   # a tracking server keeps its own artifact store
@@ -228,9 +230,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         tracker.log_trial(record)
 
     try:
-        stats = run_trials(tasks, k, db_handles, index_handle, settings, on_record,
-                           max_in_flight=cfg.runtime.max_in_flight, max_attempts=cfg.runtime.max_attempts,
-                           skip=done)
+        stats = run_trials(tasks, k, runtime.workers, on_record, max_in_flight=options.max_in_flight,
+                           max_attempts=options.max_attempts, skip=done)
         wanted = {(t.key, i) for t in tasks for i in range(k)}
         records = [r for r in records if (r.task_key, r.trial) in wanted]
         tasks_by_group: dict[str, int] = defaultdict(int)

@@ -1,16 +1,21 @@
-"""One trial as a pure function: `run_trial(task, agent, user, tools, score, limits) -> TrialRecord`.
+"""One trial as a coroutine: `await run_trial(task, agent, user, tools, score, limits) -> TrialRecord`.
 
 The user opens; the agent acts one tool call or one message per step; a user reply containing `###END###` ends the
 conversation and only then is the reward computed. Step and time limits end it with reward 0. Failures of the
 infrastructure (model API, user simulator, tools) end it with reward None and a termination reason of their own,
 so the runner re-runs the trial instead of scoring it. Nothing here knows about Ray or MLflow.
+
+Agents, users, tools and scorers are async: a trial spends nearly all its time waiting on a model, so one process
+runs hundreds of trials at once on one event loop, and concurrency is bounded by the model provider, not by threads.
+Every message carries `t`, seconds since the trial started, and `dt`, how long producing it took (the spans of the
+trial's trace).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Callable, Protocol
+from typing import Awaitable, Callable, Protocol
 
 END_TOKEN = "###END###"
 AGENT_GREETING = "Hi! How can I help you today?"
@@ -53,6 +58,8 @@ class Message:
     content: str | None = None
     tool_call: ToolCall | None = None   # on assistant messages that call a tool
     tool_call_id: str | None = None     # on tool messages
+    t: float = 0.0                      # when it was asked for, seconds since the trial started
+    dt: float = 0.0                     # how long the model, user or tool took to produce it
 
     @property
     def is_tool_call(self) -> bool:
@@ -60,15 +67,15 @@ class Message:
 
 
 class Agent(Protocol):
-    def act(self, history: list[Message]) -> Message: ...
+    async def act(self, history: list[Message]) -> Message: ...
 
 
 class User(Protocol):
-    def reply(self, history: list[Message]) -> str: ...
+    async def reply(self, history: list[Message]) -> str: ...
 
 
 class Tools(Protocol):
-    def call(self, name: str, arguments: dict) -> str: ...
+    async def call(self, name: str, arguments: dict) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -88,10 +95,12 @@ class TrialRecord:
     user_turns: int = 0
     tool_calls: int = 0
     duration_s: float = 0.0
+    started_at: float = 0.0                        # wall clock (time.time()) when the trial began
     error: str | None = None
     attempt: int = 0                               # re-submissions after infrastructure failures
     rerun: int = 0                                 # re-runs after the validator rejected the simulation
     usage: dict = field(default_factory=dict)      # role -> calls, tokens, cost_usd
+    model_calls: list[dict] = field(default_factory=list)  # role, t, dt, tokens of each model call
     validation: dict | None = None                 # the simulation validator's verdict, when one ran
 
     @property
@@ -109,16 +118,21 @@ class TrialRecord:
         return [m["content"] for m in self.messages if m["role"] == "assistant" and m.get("content")]
 
 
-Scorer = Callable[[TrialRecord], float]
+Scorer = Callable[[TrialRecord], Awaitable[float]]
 
 
-def run_trial(task_key: str, trial: int, agent: Agent, user: User, tools: Tools, score: Scorer,
-              limits: Limits = Limits(), clock: Callable[[], float] = time.monotonic) -> TrialRecord:
+async def run_trial(task_key: str, trial: int, agent: Agent, user: User, tools: Tools, score: Scorer,
+                    limits: Limits = Limits(), clock: Callable[[], float] = time.monotonic) -> TrialRecord:
     start = clock()
     history: list[Message] = []
-    record = TrialRecord(task_key=task_key, trial=trial, termination=Termination.MAX_STEPS.value, reward=0.0)
+    record = TrialRecord(task_key=task_key, trial=trial, termination=Termination.MAX_STEPS.value, reward=0.0,
+                         started_at=time.time())
 
-    def finish(termination: Termination, error: str | None = None) -> TrialRecord:
+    def timed(message: Message, asked: float) -> Message:
+        message.t, message.dt = asked - start, clock() - asked
+        return message
+
+    async def finish(termination: Termination, error: str | None = None) -> TrialRecord:
         record.termination = termination.value
         record.error = error
         record.messages = [asdict(m) for m in history]
@@ -128,39 +142,42 @@ def run_trial(task_key: str, trial: int, agent: Agent, user: User, tools: Tools,
         if termination.is_infrastructure:
             record.reward = None
         elif termination is Termination.USER_STOP:
-            record.reward = score(record)
+            record.reward = await score(record)
         else:
             record.reward = 0.0
         return record
 
+    asked = clock()
     try:
-        history.append(Message("user", user.reply([Message("assistant", AGENT_GREETING)])))
+        history.append(timed(Message("user", await user.reply([Message("assistant", AGENT_GREETING)])), asked))
     except InfrastructureError as e:
-        return finish(Termination.INFRA_USER, str(e))
+        return await finish(Termination.INFRA_USER, str(e))
     while record.steps < limits.max_steps:
         if clock() - start > limits.time_limit_s:
-            return finish(Termination.TIME_LIMIT)
+            return await finish(Termination.TIME_LIMIT)
+        asked = clock()
         try:
-            action = agent.act(history)
+            action = timed(await agent.act(history), asked)
         except InfrastructureError as e:
-            return finish(Termination.INFRA_MODEL if e.source == "model" else Termination.INFRA_TOOL, str(e))
+            return await finish(Termination.INFRA_MODEL if e.source == "model" else Termination.INFRA_TOOL, str(e))
         except Exception as e:  # noqa: BLE001 - an agent bug ends its own trial, scored 0
-            return finish(Termination.AGENT_ERROR, f"{type(e).__name__}: {e}")
+            return await finish(Termination.AGENT_ERROR, f"{type(e).__name__}: {e}")
         record.steps += 1
         history.append(action)
+        asked = clock()
         if action.is_tool_call:
             try:
                 call = action.tool_call
-                observation = f"Error: {call.error}" if call.error else tools.call(call.name, call.arguments)
+                observation = f"Error: {call.error}" if call.error else await tools.call(call.name, call.arguments)
             except InfrastructureError as e:
-                return finish(Termination.INFRA_TOOL, str(e))
-            history.append(Message("tool", observation, tool_call_id=action.tool_call.id))
+                return await finish(Termination.INFRA_TOOL, str(e))
+            history.append(timed(Message("tool", observation, tool_call_id=action.tool_call.id), asked))
             continue
         try:
-            reply = user.reply(history)
+            reply = await user.reply(history)
         except InfrastructureError as e:
-            return finish(Termination.INFRA_USER, str(e))
-        history.append(Message("user", reply))
+            return await finish(Termination.INFRA_USER, str(e))
+        history.append(timed(Message("user", reply), asked))
         if END_TOKEN in reply:
-            return finish(Termination.USER_STOP)
-    return finish(Termination.MAX_STEPS)
+            return await finish(Termination.USER_STOP)
+    return await finish(Termination.MAX_STEPS)

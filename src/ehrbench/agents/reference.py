@@ -3,20 +3,31 @@
 It behaves like a careful agent would (lists tables, reads the schemas of the tables the query touches, looks up
 the stored values the query compares against, then answers each user turn with a fresh `sql_execute`), but the
 SQL it runs is the gold SQL. It must score 100% on every task: a failure is a bug in the task or the harness.
+Each action awaits one scripted model call (`llm/scripted.py`), so it paces like a model-driven agent.
 """
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 
 import sqlglot
 from sqlglot import exp
 
 from ..benchmarks.ehrchatqa.scorer import render_answer
+from ..llm.scripted import ScriptedCall
 from ..trial import Message, ToolCall
 
 
 def plan_exploration(sql: str, indexed: dict[str, list[str]], max_values: int = 2) -> list[ToolCall]:
     """table_search, column_search over the query's tables, and value searches for its string literals."""
+    key = tuple((t, tuple(c)) for t, c in sorted(indexed.items()))
+    return [ToolCall(c.name, dict(c.arguments)) for c in _plan(sql, key, max_values)]
+
+
+@lru_cache(maxsize=4096)
+def _plan(sql: str, indexed_key: tuple, max_values: int) -> tuple[ToolCall, ...]:
+    """Parsing is the agent's main cost; every trial of a task plans the same, so plan once per process."""
+    indexed = {t: list(c) for t, c in indexed_key}
     tree = sqlglot.parse_one(sql, read="sqlite")
     ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
     tables = sorted({t.name for t in tree.find_all(exp.Table)} - ctes)
@@ -38,7 +49,7 @@ def plan_exploration(sql: str, indexed: dict[str, list[str]], max_values: int = 
         calls.append(ToolCall("value_substring_search", {"table": table, "column": col.name, "value": value[:40]}))
         if col.name in indexed.get(table, []):
             calls.append(ToolCall("value_similarity_search", {"table": table, "column": col.name, "value": value, "k": 5}))
-    return calls
+    return tuple(calls)
 
 
 def rows_from_observation(observation: str) -> list[tuple]:
@@ -46,13 +57,15 @@ def rows_from_observation(observation: str) -> list[tuple]:
 
 
 class ReferenceAgent:
-    def __init__(self, task, indexed_columns: dict[str, list[str]]):
-        self.task = task
+    def __init__(self, task, indexed_columns: dict[str, list[str]], think: ScriptedCall | None = None):
+        self.task, self.think = task, think
         self.plan = plan_exploration(task.gold_sql, indexed_columns)
         for i, call in enumerate(self.plan):
             call.id = f"call_{i}"
 
-    def act(self, history: list[Message]) -> Message:
+    async def act(self, history: list[Message]) -> Message:
+        if self.think:
+            await self.think()
         if self.plan:
             return Message("assistant", tool_call=self.plan.pop(0))
         last = history[-1]

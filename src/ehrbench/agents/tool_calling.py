@@ -18,8 +18,8 @@ class ToolCallingAgent:
         self.temperature, self.seed, self.max_tokens = temperature, seed, max_tokens
         self._calls = 0
 
-    def act(self, history: list[Message]) -> Message:
-        response = self.model.complete(ChatRequest(history, system=self.system, tools=self.tools,
+    async def act(self, history: list[Message]) -> Message:
+        response = await self.model.complete(ChatRequest(history, system=self.system, tools=self.tools,
                                                    temperature=self.temperature, seed=self.seed,
                                                    max_tokens=self.max_tokens))
         if response.tool_calls:

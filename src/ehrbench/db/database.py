@@ -5,6 +5,10 @@ write it), a SQLite authorizer allows only reads (so INSERT/UPDATE/DELETE/DROP/A
 load_extension are refused before they run, with the refused action named), and a progress handler stops any
 statement at its deadline (runaway joins end with a time-limit error, the connection stays usable).
 Identifiers that reach SQL from tool arguments are checked against the reflected schema first.
+
+Because the file cannot change, a query's result is a pure function of its text: successful results are kept in a
+bounded LRU cache (trials of one task re-run the same queries, and scoring re-runs the agent's). Failures, time-outs
+included, are never cached.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -52,7 +57,7 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 class Database:
-    def __init__(self, path: str | Path, db_id: str | None = None):
+    def __init__(self, path: str | Path, db_id: str | None = None, cache_size: int = 4096):
         self.path = Path(path)
         if not self.path.exists():
             raise FileNotFoundError(f"database file {self.path} does not exist (build it with ehrbench's data step)")
@@ -62,6 +67,9 @@ class Database:
         self.metadata = sa.MetaData()
         self.metadata.reflect(self.engine)
         self._lock = threading.Lock()
+        self.execute = lru_cache(maxsize=cache_size)(self._execute)    # exceptions are not cached
+        self.substring_values = lru_cache(maxsize=cache_size)(self._substring_values)
+        self.table_info = lru_cache(maxsize=256)(self._table_info)
 
     # --- schema ------------------------------------------------------------------------------------------------
     def table_names(self) -> list[str]:
@@ -82,7 +90,7 @@ class Database:
             raise UnknownIdentifier(f"column {column!r} not found in table {table!r}")
         return t.columns[column]
 
-    def table_info(self, table: str, sample_rows: int = 3) -> str:
+    def _table_info(self, table: str, sample_rows: int = 3) -> str:
         """The CREATE TABLE statement rebuilt from the schema and `sample_rows` rows, as LangChain's SQLDatabase."""
         t = self.table(table)
         create = str(CreateTable(t).compile(self.engine)).rstrip()
@@ -93,7 +101,7 @@ class Database:
         return f"{create}\n\n/*\n{sample_rows} rows from {table} table:\n{header}\n{body}\n*/"
 
     # --- values ------------------------------------------------------------------------------------------------
-    def substring_values(self, table: str, column: str, value: str, k: int = 100) -> list:
+    def _substring_values(self, table: str, column: str, value: str, k: int = 100) -> list:
         col = self.column(table, column)
         stmt = (sa.select(col).distinct().where(sa.func.lower(sa.cast(col, sa.Text)).contains(value.lower(),
                                                                                             autoescape=True))
@@ -107,7 +115,7 @@ class Database:
             return sorted(str(r[0]) for r in conn.execute(sa.select(col).distinct().where(col.is_not(None))))
 
     # --- agent SQL ---------------------------------------------------------------------------------------------
-    def execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000, keep: int = 100) -> QueryResult:
+    def _execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000, keep: int = 100) -> QueryResult:
         """Run one read-only statement; keep the first `keep` rows, count the rest up to `count_cap`."""
         refused: list[str] = []
 

@@ -63,7 +63,10 @@ class RetryPolicy:
 
 
 class RateLimiter:
-    """At most `concurrency` requests in flight and `per_minute` started per rolling minute."""
+    """At most `concurrency` requests in flight and `per_minute` started per rolling minute, in this process.
+
+    `runtime.rate_limits.ClusterRateLimiter` has the same `slot()` and holds the budget for a whole Ray cluster.
+    """
 
     def __init__(self, concurrency: int = 8, per_minute: int | None = None):
         self._slots = asyncio.Semaphore(concurrency)
@@ -87,6 +90,9 @@ class RateLimiter:
     async def __aexit__(self, *exc):
         self._slots.release()
 
+    def slot(self) -> "RateLimiter":
+        return self
+
 
 class ChatModel:
     """Base of every provider client: retries, rate limiting and attempt counting around `_send`."""
@@ -109,7 +115,7 @@ class ChatModel:
         last: Exception | None = None
         for attempt in range(self.retry.max_attempts):
             try:
-                async with self.limiter:
+                async with self.limiter.slot():
                     self.attempts += 1
                     response = await self._send(request)
                 self.calls += 1

@@ -1,23 +1,34 @@
 """Models from config: a `conf/model/*.yaml` mapping becomes a client. Adding a model is a YAML file, not code.
 
-Clients are cached per process by their config, so every trial a worker runs shares one connection pool and one
-rate limiter per model.
+Clients are cached per event loop by their config, so every trial a worker runs shares one connection pool per
+model (async HTTP clients belong to the loop that made them). A config whose `limits.cluster_actor` names a
+`RateLimiterActor` (set by the runtime on a Ray cluster) draws on that cluster-wide budget; otherwise the budget is
+this process's own.
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
 
 from .base import ChatModel, ConfigurationError, RateLimiter, RetryPolicy
 from .usage import Price
 
-_CLIENTS: dict[str, ChatModel] = {}
+_CLIENTS: "weakref.WeakKeyDictionary[object, dict[str, ChatModel]]" = weakref.WeakKeyDictionary()
+_CLIENTS_OUTSIDE_LOOPS: dict[str, ChatModel] = {}
 
 
 def _create(cfg: dict) -> ChatModel:
     provider = cfg.get("provider")
     retry = RetryPolicy(**cfg.get("retry", {}))
     limits = cfg.get("limits", {})
-    common = {"retry": retry, "limiter": RateLimiter(limits.get("concurrency", 8), limits.get("per_minute")),
+    if limits.get("cluster_actor"):
+        from ..runtime.rate_limits import ClusterRateLimiter
+
+        limiter = ClusterRateLimiter(limits["cluster_actor"])
+    else:
+        limiter = RateLimiter(limits.get("concurrency", 8), limits.get("per_minute"))
+    common = {"retry": retry, "limiter": limiter,
               "timeout_s": cfg.get("timeout_s", 120.0)}
     if provider == "gemini":
         from .gemini import GeminiModel
@@ -36,14 +47,18 @@ def _create(cfg: dict) -> ChatModel:
 
 def build_model(cfg: dict) -> ChatModel:
     key = json.dumps(cfg, sort_keys=True, default=str)
-    if key not in _CLIENTS:
+    try:
+        clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
+    except RuntimeError:  # outside any loop: the driver's start-up check
+        clients = _CLIENTS_OUTSIDE_LOOPS
+    if key not in clients:
         client = _create(cfg)
         if cfg.get("cache_dir"):
             from .cache import CachedModel
 
             client = CachedModel(client, cfg["cache_dir"])
-        _CLIENTS[key] = client
-    return _CLIENTS[key]
+        clients[key] = client
+    return clients[key]
 
 
 def price_of(cfg: dict) -> Price:

@@ -5,6 +5,7 @@ new model or a price change is a YAML edit.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from .base import ChatModel, ChatRequest, ChatResponse, Usage
@@ -23,10 +24,12 @@ class Price:
 
 @dataclass
 class UsageMeter:
-    """Accumulates usage and cost by role; one per trial attempt."""
+    """Accumulates usage and cost by role, and each call's timing (the model spans of the trace); one per attempt."""
     by_role: dict[str, dict] = field(default_factory=dict)
+    calls: list[dict] = field(default_factory=list)
+    origin: float = field(default_factory=time.time)   # wall clock (comparable across nodes): call times are relative to it
 
-    def add(self, role: str, usage: Usage, price: Price) -> None:
+    def add(self, role: str, usage: Usage, price: Price, started: float | None = None, model: str = "") -> None:
         row = self.by_role.setdefault(role, {"calls": 0, "input_tokens": 0, "output_tokens": 0,
                                              "cached_tokens": 0, "cost_usd": 0.0})
         row["calls"] += 1
@@ -34,6 +37,20 @@ class UsageMeter:
         row["output_tokens"] += usage.output_tokens
         row["cached_tokens"] += usage.cached_tokens
         row["cost_usd"] += price.cost(usage)
+        if started is not None:
+            self.calls.append({"role": role, "model": model, "t": round(started - self.origin, 4),
+                               "dt": round(time.time() - started, 4), "input_tokens": usage.input_tokens,
+                               "output_tokens": usage.output_tokens, "cached_tokens": usage.cached_tokens})
+
+    def merge(self, other: "UsageMeter") -> None:
+        """Fold in usage metered elsewhere (a user simulator actor's share of the trial)."""
+        for role, row in other.by_role.items():
+            mine = self.by_role.setdefault(role, dict.fromkeys(row, 0))
+            for key, value in row.items():
+                mine[key] += value
+        shift = other.origin - self.origin
+        self.calls.extend({**c, "t": round(c["t"] + shift, 4)} for c in other.calls)
+        self.calls.sort(key=lambda c: c["t"])
 
 
 @dataclass
@@ -44,9 +61,8 @@ class MeteredModel:
     meter: UsageMeter
     price: Price = Price()
 
-    def complete(self, request: ChatRequest) -> ChatResponse:
-        from .bridge import run_sync
-
-        response = run_sync(self.model.complete(request))
-        self.meter.add(self.role, response.usage, self.price)
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        started = time.time()
+        response = await self.model.complete(request)
+        self.meter.add(self.role, response.usage, self.price, started, self.model.model)
         return response

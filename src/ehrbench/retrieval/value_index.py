@@ -3,6 +3,7 @@
 Each (column values, embedding model) pair is embedded once: the index is saved under a key that hashes the model
 name and the sorted distinct values, so any process, any run, any database file with the same content reuses it,
 and a changed column gets a new index. On a machine with a CUDA device and faiss-gpu the search index moves to GPU.
+Query embeddings are kept in a bounded LRU cache: trials of one task search for the same values.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+from functools import lru_cache
 from pathlib import Path
 
 import faiss
@@ -42,6 +44,7 @@ class ValueIndex:
         self.embedder = embedder or Embedder()
         self._columns: dict[tuple[str, str, str], tuple[faiss.Index, list[str]]] = {}
         self.embedded_values = 0  # strings embedded to build indexes (0 when every index came from the cache)
+        self._embed_query = lru_cache(maxsize=8192)(lambda text: self.embedder.encode([text]))
 
     def add_column(self, db_id: str, table: str, column: str, values: list[str]) -> str:
         """Index `values` (distinct, sorted) for (db_id, table, column); embed only if no cached index matches."""
@@ -74,7 +77,7 @@ class ValueIndex:
         if not values:
             return []
         k = max(1, min(int(k), len(values)))
-        _, ids = index.search(self.embedder.encode([query.lower()]), k)
+        _, ids = index.search(self._embed_query(query.lower()), k)
         return [values[i] for i in ids[0] if i >= 0]
 
 

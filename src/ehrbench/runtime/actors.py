@@ -1,30 +1,36 @@
-"""Ray actors that hold what trials share: database replicas and the value index.
+"""The Ray actors of a run: database shards, the value index, simulated users, and the trial workers.
 
-A trial is a Ray task; it reaches the actors through `ActorProxy`, which gives a handle the same methods as the
-local object, so `ToolSuite` and the scorer run unchanged in-process (tests) and on a cluster.
+- `DatabaseShard`: one database file (a whole-database replica, or one patient partition made by
+  `db/sharding.py`); threaded, so concurrent trials' queries overlap (SQLite releases the GIL).
+- `ValueIndexActor`: the embedding model and every FAISS index; asks Ray for a GPU when the cluster has one.
+- `UserSimulatorActor`: hosts many simulated users' conversations at once, on one event loop.
+- `TrialWorker`: runs many trials at once on one event loop. A trial spends nearly all its time awaiting a model,
+  so a worker's concurrency is bounded by the model provider's limits, not by threads or cores.
+
+Actors restart when they die (max_restarts); calls in flight on a dead actor fail, and the runner re-submits the
+trial, so a crash costs an attempt, never a trial.
 """
 from __future__ import annotations
 
+import itertools
+import uuid
+
 import ray
 
+from ..benchmarks.ehrchatqa.benchmark import Conversation, TrialSettings, run_task_trial
+from ..benchmarks.ehrchatqa.tasks import Task
+from ..benchmarks.ehrchatqa.web_search import web_search_backend
 from ..db.database import Database
+from ..db.sharding import split_by_patient
+from ..llm.usage import UsageMeter
 from ..retrieval.value_index import ValueIndex
-
-
-class ActorProxy:
-    """Call `proxy.method(*args)` to run `handle.method.remote(*args)` and wait for its result."""
-
-    def __init__(self, handle):
-        self._handle = handle
-
-    def __getattr__(self, name):
-        method = getattr(self._handle, name)
-        return lambda *args, **kwargs: ray.get(method.remote(*args, **kwargs))
+from ..trial import InfrastructureError, TrialRecord
+from .hosts import ActorHost, PatientRouter
 
 
 @ray.remote(max_restarts=3, max_task_retries=3)
-class DatabaseActor:
-    """One replica of one database; threaded so concurrent trials' queries overlap (SQLite releases the GIL)."""
+class DatabaseShard:
+    """One database file: a whole-database replica, or one patient partition of it."""
 
     def __init__(self, path: str, db_id: str):
         self.db = Database(path, db_id)
@@ -76,11 +82,112 @@ class ValueIndexActor:
     def embedded_values(self) -> int:
         return self.index.embedded_values
 
+    def device(self) -> str:
+        return str(self.index.embedder.device)
+
+
+@ray.remote(num_cpus=0, max_restarts=3, max_task_retries=0)
+class UserSimulatorActor:
+    """Many simulated users at once: one `Conversation` per trial attempt, keyed by a conversation id."""
+
+    def __init__(self):
+        self.conversations: dict[str, Conversation] = {}
+
+    async def open(self, conversation_id: str, task: Task, settings: TrialSettings, seed: int,
+                   mistakes: list[str]) -> None:
+        self.conversations[conversation_id] = Conversation(task, settings, seed, mistakes)
+
+    async def reply(self, conversation_id: str, history) -> str:
+        return await self.conversations[conversation_id].reply(history)
+
+    async def close(self, conversation_id: str) -> UsageMeter:
+        conversation = self.conversations.pop(conversation_id, None)
+        return conversation.meter if conversation else UsageMeter()
+
+    async def open_conversations(self) -> int:
+        return len(self.conversations)
+
+
+class RemoteConversation:
+    """A trial's handle on its user in a UserSimulatorActor; a lost actor is the user's infrastructure failure."""
+
+    def __init__(self, handle, conversation_id: str):
+        self.handle, self.id = handle, conversation_id
+
+    async def reply(self, history) -> str:
+        try:
+            return await self.handle.reply.remote(self.id, history)
+        except (ray.exceptions.RayError, KeyError) as e:
+            raise InfrastructureError(f"user simulator actor failed: {type(e).__name__}: {e}"[:500],
+                                      source="user") from None
+
+    async def close(self) -> UsageMeter:
+        try:
+            return await self.handle.close.remote(self.id)
+        except ray.exceptions.RayError:
+            return UsageMeter()   # the actor died with the usage it metered; the trial is re-run anyway
+
+
+class RemoteUsers:
+    """Opens each conversation on the next UserSimulatorActor in turn."""
+
+    def __init__(self, handles: list):
+        self.handles = handles
+        self._turn = itertools.cycle(handles)
+
+    async def open(self, task: Task, settings: TrialSettings, seed: int, mistakes: list[str]) -> RemoteConversation:
+        handle, conversation_id = next(self._turn), uuid.uuid4().hex
+        try:
+            await handle.open.remote(conversation_id, task, settings, seed, list(mistakes))
+        except ray.exceptions.RayError as e:
+            raise InfrastructureError(f"user simulator actor unavailable: {e}"[:500], source="user") from None
+        return RemoteConversation(handle, conversation_id)
+
+
+@ray.remote(num_cpus=0, max_restarts=5, max_task_retries=0)
+class TrialWorker:
+    """Runs up to `max_concurrency` trials at once; every tool, user and model call is awaited."""
+
+    def __init__(self, databases: dict[str, list], index, settings: TrialSettings, users: list | None = None):
+        self.databases = {db_id: ActorHost(handles) for db_id, handles in databases.items()}
+        self.index = ActorHost(index)
+        self.web = web_search_backend(settings.web_search)
+        self.settings = settings
+        self.users = RemoteUsers(users) if users else None
+
+    async def run(self, task: Task, trial: int, attempt: int) -> list[TrialRecord]:
+        """Every attempt of one trial: validator-rejected re-runs first, the final one last."""
+        records = await run_task_trial(task, trial, self.databases[task.db_id], self.index, self.web, self.settings,
+                                       self.users)
+        for record in records:
+            record.attempt = attempt
+        return records
+
 
 def start_value_index(cache_dir: str):
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
     return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4).remote(cache_dir)
 
 
-def start_database(path: str, db_id: str, concurrency: int = 8):
-    return DatabaseActor.options(max_concurrency=concurrency).remote(path, db_id)
+def start_database(path: str, db_id: str, replicas: int = 1, concurrency: int = 8) -> list:
+    """`replicas` whole-database shards of one file, spread over the cluster's nodes."""
+    return [DatabaseShard.options(max_concurrency=concurrency, scheduling_strategy="SPREAD").remote(path, db_id)
+            for _ in range(replicas)]
+
+
+def start_patient_shards(path: str, db_id: str, n: int) -> PatientRouter:
+    """Split a database into `n` patient partitions (cached) and host each in its own DatabaseShard."""
+    files = split_by_patient(path, db_id, n)
+    return PatientRouter([ActorHost(DatabaseShard.options(scheduling_strategy="SPREAD").remote(str(f), db_id))
+                          for f in files])
+
+
+def start_user_simulators(n: int) -> list:
+    return [UserSimulatorActor.options(max_concurrency=10_000, scheduling_strategy="SPREAD").remote()
+            for _ in range(n)]
+
+
+def start_trial_workers(n: int, per_worker: int, databases: dict[str, list], index, settings: TrialSettings,
+                        users: list | None = None) -> list:
+    return [TrialWorker.options(max_concurrency=per_worker, scheduling_strategy="SPREAD")
+            .remote(databases, index, settings, users) for _ in range(n)]

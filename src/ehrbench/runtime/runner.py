@@ -1,5 +1,8 @@
-"""Schedules trials as Ray tasks with a bounded number in flight, and re-runs what infrastructure broke.
+"""Starts a run's actors, schedules its trials with a bounded number in flight, and re-runs what infrastructure broke.
 
+Trials go to `TrialWorker` actors, each running many at once on its event loop; the driver keeps at most
+`max_in_flight` trials submitted and gives each to the least-loaded worker. How many of them talk to a model at
+once is the model's own budget (`limits` in its config), enforced cluster-wide by one `RateLimiterActor` per model.
 A trial whose worker died (Ray raises) or that ended in an infrastructure error is submitted again, up to
 `max_attempts`; its broken attempts are kept as records (reward None) and never scored. Finished records are handed
 to `on_record` as they arrive, so the caller can stream them to MLflow and to disk.
@@ -7,39 +10,67 @@ to `on_record` as they arrive, so the caller can stream them to MLflow and to di
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import ray
 from tqdm import tqdm
 
-from ..benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS, TrialSettings, run_task_trial
+from ..benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS, TrialSettings
 from ..benchmarks.ehrchatqa.tasks import Task
-from ..benchmarks.ehrchatqa.web_search import web_search_backend
 from ..trial import Termination, TrialRecord
-from .actors import ActorProxy
+from .actors import start_database, start_trial_workers, start_user_simulators, start_value_index
+from .rate_limits import start_rate_limiters
 
 log = logging.getLogger(__name__)
 
 
-@ray.remote(num_cpus=0.25, max_retries=2)
-def trial_task(task: Task, trial: int, attempt: int, db_handle, index_handle,
-               settings: TrialSettings) -> list[TrialRecord]:
-    """Every attempt of one trial: validator-rejected re-runs first, the final one last."""
-    records = run_task_trial(task, trial, ActorProxy(db_handle), ActorProxy(index_handle),
-                             web_search_backend(settings.web_search), settings)
-    for record in records:
-        record.attempt = attempt
-    return records
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """`conf/runtime/*.yaml` as plain data."""
+    max_in_flight: int = 256        # trials submitted at once
+    max_attempts: int = 3           # attempts per trial when infrastructure (worker, actor, API) fails
+    db_replicas: int = 1            # whole-database shards per database
+    trial_workers: int = 0          # TrialWorker actors; 0: one per CPU of the cluster
+    user_simulators: int = 0        # UserSimulatorActors; 0: users live inside the trial workers
 
 
-def build_indexes(db_handles: dict, index_handle) -> int:
+@dataclass
+class Runtime:
+    """The actors of one run."""
+    databases: dict[str, list]
+    index: object
+    workers: list = field(default_factory=list)
+    users: list = field(default_factory=list)
+    limiters: dict = field(default_factory=dict)
+
+
+def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptions = RuntimeOptions()) -> Runtime:
+    """Database shards and the value index; workers come once the settings are final (`start_workers`)."""
+    return Runtime({db_id: start_database(p, db_id, options.db_replicas) for db_id, p in paths.items()},
+                   start_value_index(index_cache))
+
+
+def start_workers(runtime: Runtime, settings: TrialSettings, options: RuntimeOptions = RuntimeOptions()) -> \
+        TrialSettings:
+    """Rate limiters, user simulators and trial workers; returns the settings with the cluster-wide limiters in."""
+    runtime.limiters, settings = start_rate_limiters(settings)
+    runtime.users = start_user_simulators(options.user_simulators)
+    n = options.trial_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    per_worker = math.ceil(options.max_in_flight / n) + 1
+    runtime.workers = start_trial_workers(n, per_worker, runtime.databases, runtime.index, settings,
+                                          runtime.users or None)
+    return settings
+
+
+def build_indexes(databases: dict[str, list], index_handle) -> int:
     """Index every pre-indexed column of every database; returns the strings embedded (0 when all were cached)."""
-    jobs = [(db_id, t, c) for db_id in db_handles for t, cols in INDEXED_COLUMNS[db_id].items() for c in cols]
+    jobs = [(db_id, t, c) for db_id in databases for t, cols in INDEXED_COLUMNS[db_id].items() for c in cols]
     pending = []
     for db_id, table, column in jobs:
-        values = ray.get(db_handles[db_id].distinct_values.remote(table, column))
+        values = ray.get(databases[db_id][0].distinct_values.remote(table, column))
         pending.append((f"{db_id}.{table}.{column}", len(values), values))
     total = sum(n for _, n, _ in pending)
     with tqdm(total=total, desc="value indexes", unit="value", unit_scale=True) as bar:
@@ -61,22 +92,28 @@ class RunStats:
     worker_failures: int = 0
 
 
-def run_trials(tasks: list[Task], trials: int, db_handles: dict, index_handle, settings: TrialSettings,
-               on_record: Callable[[TrialRecord], None], max_in_flight: int = 64, max_attempts: int = 3,
-               skip: set[tuple[str, int]] = frozenset(), progress: bool = True) -> RunStats:
+def run_trials(tasks: list[Task], trials: int, workers: list, on_record: Callable[[TrialRecord], None],
+               max_in_flight: int = 256, max_attempts: int = 3, skip: set[tuple[str, int]] = frozenset(),
+               progress: bool = True) -> RunStats:
     queue = deque((t, i, 0) for t in tasks for i in range(trials) if (t.key, i) not in skip)
     stats = RunStats()
     in_flight: dict = {}
+    load = [0] * len(workers)
     bar = tqdm(total=len(queue), desc="trials", unit="trial", disable=not progress)
     while queue or in_flight:
         while queue and len(in_flight) < max_in_flight:
             task, i, attempt = queue.popleft()
-            ref = trial_task.remote(task, i, attempt, db_handles[task.db_id], index_handle, settings)
-            in_flight[ref] = (task, i, attempt)
+            w = min(range(len(workers)), key=load.__getitem__)
+            ref = workers[w].run.remote(task, i, attempt)
+            in_flight[ref] = (task, i, attempt, w)
+            load[w] += 1
             stats.submitted += 1
-        done, _ = ray.wait(list(in_flight), num_returns=1)
-        for ref in done:
-            task, i, attempt = in_flight.pop(ref)
+        refs = list(in_flight)
+        ray.wait(refs, num_returns=1)                                      # block until one trial is back,
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)        # then take every one that is
+        for ref in ready:
+            task, i, attempt, w = in_flight.pop(ref)
+            load[w] -= 1
             try:
                 records: list[TrialRecord] = ray.get(ref)
             except ray.exceptions.RayError as e:  # the worker or an actor died: costs a retry, not the trial

@@ -1,8 +1,9 @@
 """MLflow for one evaluation run: params (secrets removed), one trace per trial, metrics, artifacts.
 
 Default store: `sqlite:///mlruns/mlflow.db` with artifacts under `mlruns/artifacts`, so `mlflow ui` pointed at
-that URI shows every run. Traces carry the conversation as spans (user turns, agent messages, tool calls) and the
-reward as trace tags, so the UI's trace view can filter on them.
+that URI shows every run. Each trial attempt is a trace whose spans carry their real start and end times: user
+turns and agent steps, the model calls inside them (role, model, tokens), and tool calls. The rule reward and the
+simulation validator's verdict are attached to the trace as assessments (feedback), and also as tags for filtering.
 """
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import re
 from pathlib import Path
 
 import mlflow
-from mlflow.entities import SpanType
+from mlflow.entities import AssessmentSource, SpanType
 
 from ..trial import TrialRecord
 
+FEEDBACK_BATCH = 256   # assessments wait for their traces to be stored; flushing per trial would stall the run
 SECRET_KEY = re.compile(r"(api_?key|token|secret|password|authorization)", re.I)
 
 
@@ -44,6 +46,83 @@ def local_store(root: str | Path) -> tuple[str, str]:
     return f"sqlite:///{root / 'mlflow.db'}", (root / "artifacts").as_uri()
 
 
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def trial_trace(record: TrialRecord) -> str:
+    """Build the trial's trace from its timed messages and model calls; returns the trace id.
+
+    Messages are timed on the trial's monotonic clock, model calls on the wall clock; the two agree to well under a
+    millisecond, and each parent span is widened to cover its children so the tree stays well-formed.
+    """
+    t0 = record.started_at
+    calls = sorted(record.model_calls, key=lambda c: c["t"])
+    steps = []   # (message index, start, end, the model calls inside)
+    for j, m in enumerate(record.messages):
+        start = t0 + m.get("t", 0.0)
+        end = start + m.get("dt", 0.0)
+        inside = []
+        if m["role"] != "tool":
+            agent = m["role"] == "assistant"
+            inside = [c for c in calls if start - 1e-3 <= t0 + c["t"] <= end + 1e-3 and (c["role"] == "agent") == agent]
+            for c in inside:
+                calls.remove(c)
+            start = min([start] + [t0 + c["t"] for c in inside])
+            end = max([end] + [t0 + c["t"] + c["dt"] for c in inside])
+        steps.append((j, start, end, inside))
+    first = min([t0] + [s for _, s, _, _ in steps] + [t0 + c["t"] for c in calls])
+    last = max([t0 + record.duration_s] + [e for _, _, e, _ in steps] + [t0 + c["t"] + c["dt"] for c in calls])
+    root = mlflow.start_span_no_context(f"{record.task_key}#{record.trial}", span_type=SpanType.AGENT,
+                                        inputs={"task": record.task_key, "trial": record.trial,
+                                                "attempt": record.attempt, "rerun": record.rerun},
+                                        tags={"task": record.task_key, "trial": str(record.trial),
+                                              "termination": record.termination, "reward": str(record.reward)},
+                                        start_time_ns=_ns(first))
+    msgs = record.messages
+    for j, start, end, inside in steps:
+        m = msgs[j]
+        if m["role"] == "tool":
+            call = (msgs[j - 1].get("tool_call") or {}) if j else {}
+            span = mlflow.start_span_no_context(call.get("name", "tool"), span_type=SpanType.TOOL, parent_span=root,
+                                                inputs=call.get("arguments"), start_time_ns=_ns(start))
+            span.end(outputs=m["content"], end_time_ns=_ns(end))
+            continue
+        name = "agent step" if m["role"] == "assistant" else "user turn"
+        step = mlflow.start_span_no_context(name, span_type=SpanType.CHAIN, parent_span=root, start_time_ns=_ns(start))
+        for c in inside:
+            _model_span(c, step, t0)
+        step.end(outputs=m.get("tool_call") or m["content"], end_time_ns=_ns(end))
+    for c in calls:   # after the conversation: the simulation validator
+        _model_span(c, root, t0)
+    root.set_attributes({"termination": record.termination, "reward": str(record.reward)})
+    root.end(outputs={"termination": record.termination, "reward": record.reward, "error": record.error},
+             end_time_ns=_ns(last))
+    return root.trace_id
+
+
+def _model_span(call: dict, parent, t0: float) -> None:
+    span = mlflow.start_span_no_context(f"{call['role']}: {call['model']}", span_type=SpanType.CHAT_MODEL,
+                                        parent_span=parent, start_time_ns=_ns(t0 + call["t"]),
+                                        attributes={k: call[k] for k in ("role", "model", "input_tokens",
+                                                                         "output_tokens", "cached_tokens")})
+    span.end(end_time_ns=_ns(t0 + call["t"] + call["dt"]))
+
+
+def log_assessments(trace_id: str, record: TrialRecord) -> None:
+    """The rule reward (code) and the validator's verdict (LLM judge) as feedback on the trial's trace."""
+    if record.reward is not None:
+        mlflow.log_feedback(trace_id=trace_id, name="reward", value=float(record.reward),
+                            source=AssessmentSource("CODE", "ehrbench.rule_reward"),
+                            rationale=f"termination: {record.termination}")
+    if record.validation:
+        v = record.validation
+        mlflow.log_feedback(trace_id=trace_id, name="simulation_validity", value=str(v.get("result")),
+                            source=AssessmentSource("LLM_JUDGE", "ehrbench.simulation_validator"),
+                            rationale=str(v.get("explanation") or v.get("skipped") or v.get("unparsed") or "")[:4000],
+                            metadata={k: str(v[k])[:500] for k in ("broken_rule", "evidence") if k in v})
+
+
 class MlflowTracker:
     def __init__(self, tracking_uri: str, experiment: str, run_name: str, params: dict,
                  artifact_location: str | None = None, log_traces: bool = True, resume_run_id: str | None = None):
@@ -52,6 +131,7 @@ class MlflowTracker:
             mlflow.create_experiment(experiment, artifact_location=artifact_location)
         mlflow.set_experiment(experiment)
         self.log_traces = log_traces
+        self._feedback: list[tuple[str, TrialRecord]] = []
         self.resumed = False
         if resume_run_id and _run_exists(resume_run_id):
             self.run = mlflow.start_run(run_id=resume_run_id)
@@ -62,25 +142,22 @@ class MlflowTracker:
             mlflow.log_params(flatten(params))
 
     def log_trial(self, record: TrialRecord) -> None:
+        """One trace per trial attempt, with the spans' real times; its reward and verdict queued as assessments."""
         if not self.log_traces:
             return
-        with mlflow.start_span(name=f"{record.task_key}#{record.trial}", span_type=SpanType.AGENT) as root:
-            root.set_inputs({"task": record.task_key, "trial": record.trial, "attempt": record.attempt})
-            msgs = record.messages
-            for j, m in enumerate(msgs):
-                if m["role"] == "tool":
-                    continue
-                if m.get("tool_call"):
-                    follows = msgs[j + 1] if j + 1 < len(msgs) and msgs[j + 1]["role"] == "tool" else None
-                    with mlflow.start_span(name=m["tool_call"]["name"], span_type=SpanType.TOOL) as span:
-                        span.set_inputs(m["tool_call"]["arguments"])
-                        span.set_outputs(follows["content"] if follows else None)
-                else:
-                    with mlflow.start_span(name=m["role"], span_type=SpanType.CHAT_MODEL) as span:
-                        span.set_outputs(m["content"])
-            root.set_outputs({"termination": record.termination, "reward": record.reward})
-            mlflow.update_current_trace(tags={"task": record.task_key, "trial": str(record.trial),
-                                              "termination": record.termination, "reward": str(record.reward)})
+        trace_id = trial_trace(record)
+        self._feedback.append((trace_id, record))
+        if len(self._feedback) >= FEEDBACK_BATCH:
+            self.flush_feedback()
+
+    def flush_feedback(self) -> None:
+        """Assessments attach to stored traces, so the async trace queue is flushed before they are logged."""
+        if not self._feedback:
+            return
+        mlflow.flush_trace_async_logging()
+        for trace_id, record in self._feedback:
+            log_assessments(trace_id, record)
+        self._feedback.clear()
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         mlflow.log_metrics({re.sub(r"[^0-9A-Za-z_\-. /]", "_", k): float(v) for k, v in metrics.items()})
@@ -100,5 +177,7 @@ class MlflowTracker:
         mlflow.log_text(text, name)
 
     def finish(self, status: str = "FINISHED") -> None:
-        mlflow.flush_trace_async_logging() if hasattr(mlflow, "flush_trace_async_logging") else None
-        mlflow.end_run(status=status)
+        try:
+            self.flush_feedback()
+        finally:
+            mlflow.end_run(status=status)

@@ -82,25 +82,25 @@ class LLMUser:
         self.temperature, self.seed = temperature, seed
         self.max_regenerations, self.max_reflections = max_regenerations, max_reflections
 
-    def reply(self, history: list[Message]) -> str:
-        candidate = self._generate(user_view(history))
+    async def reply(self, history: list[Message]) -> str:
+        candidate = await self._generate(user_view(history))
         if self.strategy == "plain":
             return candidate
         for _ in range(self.max_reflections):
-            if self._verified(history, candidate):
+            if await self._verified(history, candidate):
                 return candidate
-            candidate = self._reflect(history, candidate) if self.strategy == "reflection" else \
-                self._generate(user_view(history), feedback="A checker found that your last reply broke the rules "
+            candidate = await self._reflect(history, candidate) if self.strategy == "reflection" else \
+                await self._generate(user_view(history), feedback="A checker found that your last reply broke the rules "
                                                             "or the instruction. Write it again.")
         return candidate
 
-    def _generate(self, view: list[Message], feedback: str | None = None) -> str:
+    async def _generate(self, view: list[Message], feedback: str | None = None) -> str:
         messages = list(view)
         if feedback:
             messages.append(Message("user", feedback))
         for _ in range(self.max_regenerations + 1):
-            text = self.model.complete(ChatRequest(messages, system=self.system, temperature=self.temperature,
-                                                   seed=self.seed)).text
+            text = (await self.model.complete(ChatRequest(messages, system=self.system, temperature=self.temperature,
+                                                   seed=self.seed))).text
             reason = reject_reason(text)
             if reason is None:
                 return text.strip()
@@ -113,14 +113,15 @@ class LLMUser:
         return {"user_system_prompt": self.system, "previous_mistakes": mistakes_block(self.mistakes),
                 "conversation": transcript(history), "candidate": candidate}
 
-    def _verified(self, history: list[Message], candidate: str) -> bool:
+    async def _verified(self, history: list[Message], candidate: str) -> bool:
         prompt = prompts()["verifier"].format(**self._context(history, candidate))
-        answer = self.verifier.complete(ChatRequest([Message("user", prompt)], temperature=0.0)).text or ""
+        answer = (await self.verifier.complete(ChatRequest([Message("user", prompt)], temperature=0.0))).text or ""
         return answer.strip().lower().startswith("yes")
 
-    def _reflect(self, history: list[Message], candidate: str) -> str:
+    async def _reflect(self, history: list[Message], candidate: str) -> str:
         prompt = prompts()["reflection"].format(**self._context(history, candidate))
-        out = parse_json_object(self.reflector.complete(ChatRequest([Message("user", prompt)], temperature=0.0)).text)
+        out = parse_json_object((await self.reflector.complete(ChatRequest([Message("user", prompt)],
+                                                                           temperature=0.0))).text)
         revised = (out or {}).get("new_response")
         if isinstance(revised, str) and reject_reason(revised) is None:
             return revised.strip()

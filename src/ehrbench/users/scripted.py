@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import re
 
+from ..llm.scripted import ScriptedCall
 from ..trial import END_TOKEN, Message
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
@@ -31,13 +32,16 @@ def first_person(sentence: str) -> str:
 
 
 class ScriptedUser:
-    def __init__(self, instruction: str, seed: int = 0):
+    def __init__(self, instruction: str, seed: int = 0, think: ScriptedCall | None = None):
+        self.think = think
         self.chunks = [first_person(s) for s in split_instruction(instruction)]
         self.rng = random.Random(seed)
         self.revealed = 0
         self.checked = False
 
-    def reply(self, history: list[Message]) -> str:
+    async def reply(self, history: list[Message]) -> str:
+        if self.think:
+            await self.think()
         if self.revealed < len(self.chunks):
             n = 1 if self.revealed == 0 else self.rng.choice([1, 1, 2])
             text = " ".join(self.chunks[self.revealed:self.revealed + n])

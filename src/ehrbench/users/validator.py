@@ -30,7 +30,7 @@ class SimulationValidator:
     def __init__(self, model: MeteredModel, samples: int = 1):
         self.model, self.samples = model, samples
 
-    def judge(self, instruction: str, gold_sql: str, record: TrialRecord) -> dict:
+    async def judge(self, instruction: str, gold_sql: str, record: TrialRecord) -> dict:
         if record.termination == Termination.MAX_STEPS.value:
             return {"result": NO_ERROR, "skipped": "agent reached the step limit"}
         if any(m["role"] == "assistant" and not m.get("tool_call") and not (m.get("content") or "").strip()
@@ -41,8 +41,8 @@ class SimulationValidator:
                                              conversation=conversation_text(record), gold_sql=gold_sql)
         verdicts = []
         for _ in range(self.samples):
-            text = self.model.complete(ChatRequest([Message("user", prompt)], system=p["validator_system"],
-                                                   temperature=0.0)).text
+            text = (await self.model.complete(ChatRequest([Message("user", prompt)], system=p["validator_system"],
+                                                          temperature=0.0))).text
             verdict = parse_json_object(text) or {"result": NO_ERROR, "unparsed": (text or "")[:2000]}
             verdicts.append(verdict)
             if verdict.get("result") == USER_ERROR:

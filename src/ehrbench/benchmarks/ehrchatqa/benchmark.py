@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from ...agents.reference import ReferenceAgent
 from ...agents.tool_calling import ToolCallingAgent
 from ...llm.registry import build_model, price_of
+from ...llm.scripted import ScriptedCall
 from ...llm.usage import MeteredModel, UsageMeter
-from ...trial import Limits, Termination, TrialRecord, run_trial
+from ...trial import Limits, Termination, TrialRecord, User, run_trial
 from ...users.llm_user import LLMUser
 from ...users.scripted import ScriptedUser
 from ...users.validator import USER_ERROR, SimulationValidator
@@ -39,6 +40,8 @@ class TrialSettings:
     """Everything a trial needs besides the task, as plain data so it travels to Ray workers."""
     agent: str = "reference"                  # reference | tool_calling
     user: str = "scripted"                    # scripted | llm
+    agent_latency_s: float = 0.0              # the scripted model's latency per agent step (the throughput bench)
+    user_latency_s: float = 0.0               # the scripted user's latency per turn
     agent_model: dict | None = None           # a conf/model mapping (tool_calling)
     user_model: dict | None = None            # a conf/model mapping (llm user)
     user_strategy: str = "reflection"         # plain | verify | reflection
@@ -73,7 +76,7 @@ def _metered(cfg: dict, role: str, meter: UsageMeter) -> MeteredModel:
 
 
 def _reference_agent(task, s, meter, seed):
-    return ReferenceAgent(task, INDEXED_COLUMNS[task.db_id])
+    return ReferenceAgent(task, INDEXED_COLUMNS[task.db_id], ScriptedCall("agent", meter, s.agent_latency_s))
 
 
 def _tool_calling_agent(task, s, meter, seed):
@@ -82,7 +85,7 @@ def _tool_calling_agent(task, s, meter, seed):
 
 
 def _scripted_user(task, s, meter, seed, mistakes):
-    return ScriptedUser(task.instruction, seed)
+    return ScriptedUser(task.instruction, seed, ScriptedCall("user", meter, s.user_latency_s))
 
 
 def _llm_user(task, s, meter, seed, mistakes):
@@ -96,24 +99,50 @@ AGENTS = {"reference": _reference_agent, "tool_calling": _tool_calling_agent}
 USERS = {"scripted": _scripted_user, "llm": _llm_user}
 
 
+class Conversation:
+    """One simulated user's side of one trial attempt, with the usage its model calls cost.
+
+    Opened here for in-process users; `runtime.actors.UserSimulatorActor` opens the same thing remotely and hands
+    back a proxy with the same two methods, so the trial does not care where its user lives.
+    """
+
+    def __init__(self, task: Task, settings: "TrialSettings", seed: int, mistakes: list[str]):
+        self.meter = UsageMeter()
+        self.user: User = USERS[settings.user](task, settings, self.meter, seed, mistakes)
+
+    async def reply(self, history) -> str:
+        return await self.user.reply(history)
+
+    async def close(self) -> UsageMeter:
+        return self.meter
+
+
+class LocalUsers:
+    async def open(self, task: Task, settings: "TrialSettings", seed: int, mistakes: list[str]) -> Conversation:
+        return Conversation(task, settings, seed, mistakes)
+
+
 def trial_seed(task: Task, trial: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{task.key}#{trial}".encode()).digest()[:4], "big")
 
 
-def score(task: Task, record: TrialRecord, db: DatabaseLike, sql_timeout_s: float = 60.0) -> float:
+async def score(task: Task, record: TrialRecord, db: DatabaseLike, sql_timeout_s: float = 60.0) -> float:
     if task.task_type == "incre":
-        return incre_reward(record.sql_queries(), task.gold_answer,
-                            lambda sql: db.execute(sql, timeout_s=sql_timeout_s, keep=100).rows)
+        async def rows(sql: str) -> list[tuple]:
+            return (await db.execute(sql, timeout_s=sql_timeout_s, keep=100)).rows
+        return await incre_reward(record.sql_queries(), task.gold_answer, rows)
     return adapt_reward(record.agent_texts(), task.gold_answer)
 
 
-def run_task_trial(task: Task, trial: int, db: DatabaseLike, index: IndexLike, web: WebSearch,
-                   settings: TrialSettings = TrialSettings()) -> list[TrialRecord]:
+async def run_task_trial(task: Task, trial: int, db: DatabaseLike, index: IndexLike, web: WebSearch,
+                         settings: TrialSettings = TrialSettings(), users=None) -> list[TrialRecord]:
     """One trial, re-run while the simulation validator finds user errors (up to `max_reruns` times).
 
     Returns every attempt: rejected ones (reward None, termination `rejected_by_validator`) and the last one.
-    Each re-run's user sees the validator's explanations so far as "previous user mistakes".
+    Each re-run's user sees the validator's explanations so far as "previous user mistakes". `users` opens the
+    simulated user's side (default: in this process; `runtime.actors.RemoteUsers` for UserSimulator actors).
     """
+    users = users or LocalUsers()
     indexed = INDEXED_COLUMNS[task.db_id]
     seed = trial_seed(task, trial)
     mistakes: list[str] = []
@@ -122,16 +151,21 @@ def run_task_trial(task: Task, trial: int, db: DatabaseLike, index: IndexLike, w
         meter = UsageMeter()
         tools = ToolSuite(task.db_id, db, index, web, indexed, sql_timeout_s=settings.sql_timeout_s)
         agent = AGENTS[settings.agent](task, settings, meter, seed)
-        user = USERS[settings.user](task, settings, meter, seed + rerun, mistakes)
-        record = run_trial(task.key, trial, agent, user, tools,
-                           lambda r: score(task, r, db, settings.sql_timeout_s), settings.limits)
+        user = await users.open(task, settings, seed + rerun, mistakes)
+        try:
+            record = await run_trial(task.key, trial, agent, user, tools,
+                                     lambda r: score(task, r, db, settings.sql_timeout_s), settings.limits)
+        finally:
+            meter.merge(await user.close())
         record.rerun = rerun
         records.append(record)
         if settings.validator_model and record.valid:
             validator = SimulationValidator(_metered(settings.validator_model, "validator", meter),
                                             settings.validator_samples)
-            record.validation = validator.judge(task.instruction, task.gold_sql, record)
+            record.validation = await validator.judge(task.instruction, task.gold_sql, record)
+        shift = meter.origin - record.started_at   # model call times, relative to the trial's start
         record.usage = meter.by_role
+        record.model_calls = [{**c, "t": round(c["t"] + shift, 4)} for c in meter.calls]
         if record.validation and record.validation.get("result") == USER_ERROR:
             record.termination, record.reward = Termination.REJECTED.value, None
             mistakes.append(str(record.validation.get("explanation", "")) or "the user broke a rule")

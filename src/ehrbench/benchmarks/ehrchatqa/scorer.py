@@ -7,7 +7,7 @@ and extra columns are ignored). AdaptQA reads `<answer>` tags in the agent's mes
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable
+from typing import Awaitable, Callable, Iterable
 
 from num2words import num2words
 
@@ -50,12 +50,13 @@ def result_matches(rows: list[tuple], gold: set[str]) -> bool:
     return False
 
 
-def incre_reward(queries: list[str], gold_answer: list[list], execute: Callable[[str], list[tuple]]) -> float:
-    """`execute(sql) -> rows` re-runs a query (raising on error); queries that fail are skipped."""
+async def incre_reward(queries: list[str], gold_answer: list[list],
+                       execute: Callable[[str], Awaitable[list[tuple]]]) -> float:
+    """`await execute(sql) -> rows` re-runs a query (raising on error); queries that fail are skipped."""
     gold = gold_values(gold_answer)
     for sql in queries:
         try:
-            rows = execute(sql)
+            rows = await execute(sql)
         except Exception:  # noqa: BLE001 - a failing query simply earns nothing
             continue
         if result_matches(rows, gold):

@@ -1,8 +1,8 @@
 """The six EHR-ChatQA tools, written once and parameterised by database.
 
 Names, arguments and returned strings follow the public implementation (specs/ehr-chatqa.md, Tools). The tools
-format; the work is done by a database (`Database` or a Ray actor proxy with the same methods), a value index and
-a web-search backend, so the same ToolSuite runs in-process in tests and against actors on a cluster.
+format; the work is done by a database and a value index reached through async hosts (`runtime/hosts.py`: an
+in-process object in tests, Ray actors on a cluster) and a web-search backend, so the same ToolSuite runs in both.
 """
 from __future__ import annotations
 
@@ -15,15 +15,16 @@ from .web_search import WebSearch
 
 
 class DatabaseLike(Protocol):
-    def table_names(self) -> list[str]: ...
-    def column_names(self, table: str) -> list[str]: ...
-    def table_info(self, table: str, sample_rows: int = 3) -> str: ...
-    def substring_values(self, table: str, column: str, value: str, k: int = 100) -> list: ...
-    def execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000, keep: int = 100) -> QueryResult: ...
+    async def table_names(self) -> list[str]: ...
+    async def column_names(self, table: str) -> list[str]: ...
+    async def table_info(self, table: str, sample_rows: int = 3) -> str: ...
+    async def substring_values(self, table: str, column: str, value: str, k: int = 100) -> list: ...
+    async def execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000,
+                      keep: int = 100) -> QueryResult: ...
 
 
 class IndexLike(Protocol):
-    def search(self, db_id: str, table: str, column: str, query: str, k: int = 100) -> list[str]: ...
+    async def search(self, db_id: str, table: str, column: str, query: str, k: int = 100) -> list[str]: ...
 
 
 class ToolArgumentError(ValueError):
@@ -81,7 +82,7 @@ class ToolSuite:
     indexed_columns: dict[str, list[str]]
     sql_timeout_s: float = 60.0
 
-    def call(self, name: str, arguments: dict[str, Any] | None) -> str:
+    async def call(self, name: str, arguments: dict[str, Any] | None) -> str:
         """Run one tool call; every failure comes back as an `Error: ...` observation, never as an exception."""
         if name not in TOOL_NAMES:
             return f"Error: unknown tool {name!r}; available tools: {', '.join(TOOL_NAMES)}"
@@ -90,46 +91,46 @@ class ToolSuite:
         if not isinstance(arguments, dict):
             return f"Error: arguments of {name} must be a JSON object"
         try:
-            return getattr(self, name)(arguments)
+            return await getattr(self, name)(arguments)
         except (ToolArgumentError, QueryError) as e:
             return f"Error: {e}"
 
     # --- schema exploration ----------------------------------------------------------------------------------
-    def table_search(self, args: dict) -> str:
-        return ", ".join(self.db.table_names())
+    async def table_search(self, args: dict) -> str:
+        return ", ".join(await self.db.table_names())
 
-    def column_search(self, args: dict) -> str:
+    async def column_search(self, args: dict) -> str:
         names = [n.strip() for n in _str_arg(args, "table_names").split(",") if n.strip()]
-        missing = set(names) - set(self.db.table_names())
+        missing = set(names) - set(await self.db.table_names())
         if missing or not names:
             return f"Error: table_names {missing or {''}} not found in database"
-        return "\n\n".join(self.db.table_info(n) for n in names)
+        return "\n\n".join([await self.db.table_info(n) for n in names])
 
     # --- value exploration -----------------------------------------------------------------------------------
-    def _table_column(self, args: dict) -> tuple[str, str]:
+    async def _table_column(self, args: dict) -> tuple[str, str]:
         table, column = _str_arg(args, "table"), _str_arg(args, "column")
-        if table not in self.db.table_names():
+        if table not in await self.db.table_names():
             raise ToolArgumentError(f"table {table!r} not found in database")
-        if column not in self.db.column_names(table):
+        if column not in await self.db.column_names(table):
             raise ToolArgumentError(f"column {column!r} not found in table {table!r}")
         return table, column
 
-    def value_substring_search(self, args: dict) -> str:
-        table, column = self._table_column(args)
+    async def value_substring_search(self, args: dict) -> str:
+        table, column = await self._table_column(args)
         value, k = _str_arg(args, "value"), _k_arg(args)
-        values = self.db.substring_values(table, column, value, k)
+        values = await self.db.substring_values(table, column, value, k)
         if not values:
             return f"No values in {table}.{column} contain '{value}'."
         return f"Values in {table}.{column} containing '{value}': {values}."
 
-    def value_similarity_search(self, args: dict) -> str:
-        table, column = self._table_column(args)
+    async def value_similarity_search(self, args: dict) -> str:
+        table, column = await self._table_column(args)
         value, k = _str_arg(args, "value"), _k_arg(args)
         if column not in self.indexed_columns.get(table, []):
             searchable = "; ".join(f"{t}: {', '.join(c)}" for t, c in sorted(self.indexed_columns.items()))
             return (f"Error: {table}.{column} is not pre-indexed for similarity search; indexed columns are "
                     f"{searchable}. Use value_substring_search for other columns.")
-        values = self.index.search(self.db_id, table, column, value, k)
+        values = await self.index.search(self.db_id, table, column, value, k)
         if not values:
             return f"No matches found in {table}.{column} for '{value}'."
         if len(values) == 1:
@@ -137,9 +138,9 @@ class ToolSuite:
         return f"I found close matches in {table}.{column}: {values}."
 
     # --- execution and knowledge -----------------------------------------------------------------------------
-    def sql_execute(self, args: dict) -> str:
+    async def sql_execute(self, args: dict) -> str:
         query, k = _str_arg(args, "query"), _k_arg(args)
-        result = self.db.execute(query, timeout_s=self.sql_timeout_s, keep=k)
+        result = await self.db.execute(query, timeout_s=self.sql_timeout_s, keep=k)
         text = str(result.rows[:k])
         if result.total > k:
             more = "more than " if result.capped else ""
@@ -147,5 +148,5 @@ class ToolSuite:
                      f"(out of {more}{result.total} total results).")
         return text
 
-    def web_search(self, args: dict) -> str:
+    async def web_search(self, args: dict) -> str:
         return json.dumps(self.web.search(_str_arg(args, "query"), max_results=10), ensure_ascii=False)

@@ -1,0 +1,58 @@
+"""Async hosts: how a trial reaches a database or an index, wherever it lives.
+
+`LocalHost` wraps an in-process object (tests, in-process runs); `ActorHost` wraps Ray actor handles (one or more
+replicas of the same thing, used in turn). Both turn `host.method(*args)` into an awaitable, so `ToolSuite` and the
+scorer await the same calls in both. Schema lookups of an immutable database are memoized on the caller's side:
+every trial asks for the table list, and the answer never changes.
+"""
+from __future__ import annotations
+
+import itertools
+
+STATIC_METHODS = frozenset({"table_names", "column_names", "table_info"})
+
+
+class LocalHost:
+    def __init__(self, obj):
+        self._obj = obj
+
+    def __getattr__(self, name):
+        method = getattr(self._obj, name)
+
+        async def call(*args, **kwargs):
+            return method(*args, **kwargs)
+        return call
+
+
+class ActorHost:
+    def __init__(self, handles):
+        self._handles = list(handles) if isinstance(handles, (list, tuple)) else [handles]
+        self._turn = itertools.cycle(range(len(self._handles)))
+        self._memo: dict = {}
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def call(*args, **kwargs):
+            key = (name, args, tuple(sorted(kwargs.items())))
+            if name in STATIC_METHODS and key in self._memo:
+                return self._memo[key]
+            handle = self._handles[next(self._turn)]
+            result = await getattr(handle, name).remote(*args, **kwargs)
+            if name in STATIC_METHODS:
+                self._memo[key] = result
+            return result
+        return call
+
+
+class PatientRouter:
+    """A patient-partitioned database (`db/sharding.py`): each patient's questions go to the shard holding them."""
+
+    def __init__(self, shards: list):
+        from ..db.sharding import shard_of
+
+        self.shards, self._shard_of = shards, shard_of
+
+    def for_patient(self, patient_id):
+        return self.shards[self._shard_of(patient_id, len(self.shards))]

@@ -1,0 +1,122 @@
+"""Runtime parts on their own: patient shards, cluster-wide rate limits, user simulator actors, trial workers."""
+import asyncio
+import time
+
+import pytest
+import ray
+
+from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings
+from ehrbench.benchmarks.ehrchatqa.tasks import load_task_dir
+from ehrbench.db.database import Database
+from ehrbench.db.sharding import shard_of, split_by_patient
+from ehrbench.runtime.hosts import LocalHost, PatientRouter
+
+from .conftest import TASK_DIR
+
+PER_PATIENT = {   # a per-patient question on each database, and a table that belongs to no patient
+    "mimic_iv_star": ("SELECT COUNT(*), SUM(resultvalue) FROM labresults WHERE patientid = {p}",
+                      "SELECT patientid FROM demographics", "diagnosiscodes"),
+    "eicu_star": ("SELECT COUNT(*), SUM(lab.lab_result) FROM lab JOIN icupatient ON lab.unit_id = icupatient.unit_id "
+                  "WHERE icupatient.patient_id = '{p}'", "SELECT DISTINCT patient_id FROM icupatient", "hospital"),
+}
+
+
+@pytest.mark.parametrize("db_id", sorted(PER_PATIENT))
+def test_patient_shards_hold_exactly_each_patients_rows(db_paths, tmp_path, db_id):
+    question, patients_sql, shared_table = PER_PATIENT[db_id]
+    files = split_by_patient(db_paths[db_id], db_id, 3, tmp_path)
+    whole = Database(db_paths[db_id], db_id)
+    shards = [Database(f, db_id) for f in files]
+    router = PatientRouter([LocalHost(s) for s in shards])
+    patients = [r[0] for r in whole.execute(patients_sql, keep=10_000).rows]
+    on_shard = [{r[0] for r in s.execute(patients_sql, keep=10_000).rows} for s in shards]
+    owners = [sum(1 for held in on_shard if p in held) for p in patients]
+    assert owners == [1] * len(patients)                       # every patient on exactly one shard
+    assert {shard_of(p, 3) for p in patients} == {0, 1, 2}      # and all three shards used
+
+    async def same_answers():
+        for p in patients[:25]:
+            routed = await router.for_patient(p).execute(question.format(p=p))
+            assert routed.rows == whole.execute(question.format(p=p)).rows, p
+    asyncio.run(same_answers())
+    count = f'SELECT COUNT(*) FROM "{shared_table}"'
+    assert all(s.execute(count).rows == whole.execute(count).rows for s in shards)   # dictionaries copied whole
+    stamps = [f.stat().st_mtime_ns for f in files]
+    assert [f.stat().st_mtime_ns for f in split_by_patient(db_paths[db_id], db_id, 3, tmp_path)] == stamps
+
+
+def test_patient_shard_actors_answer_like_the_whole_database(ray_cluster, db_paths, tmp_path):
+    from ehrbench.runtime.actors import start_patient_shards
+
+    path = str(db_paths["mimic_iv_star"])
+    router = start_patient_shards(path, "mimic_iv_star", 2)
+    whole = Database(path)
+    question = PER_PATIENT["mimic_iv_star"][0]
+    patients = [r[0] for r in whole.execute("SELECT patientid FROM demographics LIMIT 10").rows]
+
+    async def answers():
+        return [(await router.for_patient(p).execute(question.format(p=p))).rows for p in patients]
+    assert asyncio.run(answers()) == [whole.execute(question.format(p=p)).rows for p in patients]
+
+
+def test_cluster_rate_limit_holds_across_worker_processes(ray_cluster):
+    """Two processes hammer one model limited to 3 requests in flight and 8 per 2-second window."""
+    from ehrbench.runtime.rate_limits import ClusterRateLimiter, RateLimiterActor
+
+    name = f"test-limit-{time.time_ns()}"
+    limiter = RateLimiterActor.options(name=name, max_concurrency=1000).remote(3, 8, lease_s=30, window_s=2.0)
+
+    @ray.remote(num_cpus=0)
+    def client(n: int) -> list[float]:
+        async def one(lim):
+            async with lim.slot():
+                started = time.time()
+                await asyncio.sleep(0.1)
+                return started
+
+        async def many():
+            lim = ClusterRateLimiter(name)
+            return await asyncio.gather(*(one(lim) for _ in range(n)))
+        return asyncio.run(many())
+
+    starts = sorted(s for batch in ray.get([client.remote(6), client.remote(6)]) for s in batch)
+    stats = ray.get(limiter.stats.remote())
+    assert stats["granted"] == 12 and stats["peak_in_flight"] == 3 and stats["in_flight"] == 0
+    assert starts[8] - starts[0] >= 1.9          # the 9th request waited for the window to roll
+    assert sum(1 for s in starts if s - starts[0] < 1.9) == 8
+
+
+def test_expired_lease_of_a_dead_client_is_given_back(ray_cluster):
+    from ehrbench.runtime.rate_limits import RateLimiterActor
+
+    limiter = RateLimiterActor.options(max_concurrency=100).remote(1, None, lease_s=0.5)
+    ray.get(limiter.acquire.remote())                      # taken and never released (its holder "died")
+    t = time.monotonic()
+    ray.get(limiter.acquire.remote())
+    assert 0.4 <= time.monotonic() - t < 5
+
+
+def test_trials_through_workers_and_user_simulator_actors(ray_cluster, tmp_path):
+    """Two trial workers and two user simulator actors; every trial scores, each actor served many users."""
+    from ehrbench.runtime.runner import RuntimeOptions, build_indexes, run_trials, start_runtime, start_workers
+    from ehrbench.schemas import WorldSpec, build_database
+
+    path = build_database("mimic_iv_star", WorldSpec(seed=0, dictionary="used"), tmp_path)   # a small index
+    tasks = load_task_dir(TASK_DIR, ["mimic_iv_star"], ["incre", "adapt"])[::10]
+    options = RuntimeOptions(max_in_flight=32, trial_workers=2, user_simulators=2, db_replicas=2)
+    runtime = start_runtime({"mimic_iv_star": str(path)}, str(tmp_path / "vi"), options)
+    build_indexes(runtime.databases, runtime.index)
+    start_workers(runtime, TrialSettings(user_latency_s=0.05), options)
+    served = []
+    records = []
+
+    def on_record(r):
+        records.append(r)
+        if len(records) == 10:
+            served.extend(ray.get([u.open_conversations.remote() for u in runtime.users]))
+    stats = run_trials(tasks, 2, runtime.workers, on_record, max_in_flight=32, progress=False)
+    assert len(records) == 2 * len(tasks) and all(r.reward == 1.0 for r in records)
+    assert stats.worker_failures == 0 and len(runtime.workers) == 2 and len(runtime.databases["mimic_iv_star"]) == 2
+    assert sum(served) > 2                       # conversations open at once, spread over both actors
+    assert all(r.usage["user"]["calls"] == r.user_turns for r in records)      # user usage came back to the trial
+    assert ray.get([u.open_conversations.remote() for u in runtime.users]) == [0, 0]   # all closed
