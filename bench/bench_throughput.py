@@ -66,7 +66,8 @@ def main() -> None:
     cores = os.cpu_count()
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    runtime = start_runtime(paths, str(ROOT / "data" / "generated" / "value_index"))
+    runtime = start_runtime(paths, str(ROOT / "data" / "generated" / "value_index"),
+                            RuntimeOptions(user_simulators=args.user_simulators))
     build_indexes(runtime.databases, runtime.index)
     tmp = Path(tempfile.mkdtemp(prefix="ehrbench-throughput-"))
     print(f"{cores} cores, {len(tasks)} tasks, model latency {args.latency:g} s per call, "
@@ -75,7 +76,7 @@ def main() -> None:
 
     def run(n_trials: int, concurrency: int, latency: float, label: str):
         options = RuntimeOptions(max_in_flight=concurrency, user_simulators=args.user_simulators)
-        for worker in runtime.workers + runtime.users:
+        for worker in runtime.workers:
             ray.kill(worker)
         start_workers(runtime, replace(TrialSettings(), agent_latency_s=latency, user_latency_s=latency), options)
         ray.get([w.run.remote(tasks[0], 99, 0) for w in runtime.workers])        # workers up before the clock

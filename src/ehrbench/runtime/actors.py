@@ -8,12 +8,15 @@
   so a worker's concurrency is bounded by the model provider's limits, not by threads or cores.
 
 Actors restart when they die (max_restarts); calls in flight on a dead actor fail, and the runner re-submits the
-trial, so a crash costs an attempt, never a trial.
+trial, so a crash costs an attempt, never a trial. The shared actors are named (`ActorNames`) and trial workers look
+them up by name: Ray cannot reliably restart an actor whose constructor was given other actors' handles
+(ray-project/ray#53727).
 """
 from __future__ import annotations
 
 import itertools
 import uuid
+from dataclasses import dataclass, field
 
 import ray
 
@@ -26,6 +29,24 @@ from ..llm.usage import UsageMeter
 from ..retrieval.value_index import ValueIndex
 from ..trial import InfrastructureError, TrialRecord
 from .hosts import ActorHost, PatientRouter
+
+
+@dataclass(frozen=True)
+class ActorNames:
+    """The names of one run's shared actors: `<prefix>/db/<db_id>/<replica>`, `<prefix>/index`, `<prefix>/user/<i>`."""
+    prefix: str = field(default_factory=lambda: f"ehrbench-{uuid.uuid4().hex[:10]}")
+    replicas: dict = field(default_factory=dict)    # db_id -> replicas
+    users: int = 0
+
+    def database(self, db_id: str, i: int) -> str:
+        return f"{self.prefix}/db/{db_id}/{i}"
+
+    @property
+    def index(self) -> str:
+        return f"{self.prefix}/index"
+
+    def user(self, i: int) -> str:
+        return f"{self.prefix}/user/{i}"
 
 
 @ray.remote(max_restarts=3, max_task_retries=3)
@@ -148,12 +169,13 @@ class RemoteUsers:
 class TrialWorker:
     """Runs up to `max_concurrency` trials at once; every tool, user and model call is awaited."""
 
-    def __init__(self, databases: dict[str, list], index, settings: TrialSettings, users: list | None = None):
-        self.databases = {db_id: ActorHost(handles) for db_id, handles in databases.items()}
-        self.index = ActorHost(index)
+    def __init__(self, names: ActorNames, settings: TrialSettings):
+        self.databases = {db_id: ActorHost([ray.get_actor(names.database(db_id, i)) for i in range(n)])
+                          for db_id, n in names.replicas.items()}
+        self.index = ActorHost(ray.get_actor(names.index))
         self.web = web_search_backend(settings.web_search)
         self.settings = settings
-        self.users = RemoteUsers(users) if users else None
+        self.users = RemoteUsers([ray.get_actor(names.user(i)) for i in range(names.users)]) if names.users else None
 
     async def run(self, task: Task, trial: int, attempt: int) -> list[TrialRecord]:
         """Every attempt of one trial: validator-rejected re-runs first, the final one last."""
@@ -164,15 +186,17 @@ class TrialWorker:
         return records
 
 
-def start_value_index(cache_dir: str):
+def start_value_index(cache_dir: str, name: str | None = None):
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4).remote(cache_dir)
+    return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4, name=name).remote(cache_dir)
 
 
-def start_database(path: str, db_id: str, replicas: int = 1, concurrency: int = 8) -> list:
+def start_database(path: str, db_id: str, replicas: int = 1, concurrency: int = 8,
+                   names: ActorNames | None = None) -> list:
     """`replicas` whole-database shards of one file, spread over the cluster's nodes."""
-    return [DatabaseShard.options(max_concurrency=concurrency, scheduling_strategy="SPREAD").remote(path, db_id)
-            for _ in range(replicas)]
+    return [DatabaseShard.options(max_concurrency=concurrency, scheduling_strategy="SPREAD",
+                                  name=names.database(db_id, i) if names else None).remote(path, db_id)
+            for i in range(replicas)]
 
 
 def start_patient_shards(path: str, db_id: str, n: int) -> PatientRouter:
@@ -182,12 +206,11 @@ def start_patient_shards(path: str, db_id: str, n: int) -> PatientRouter:
                           for f in files])
 
 
-def start_user_simulators(n: int) -> list:
-    return [UserSimulatorActor.options(max_concurrency=10_000, scheduling_strategy="SPREAD").remote()
+def start_user_simulators(names: ActorNames) -> list:
+    return [UserSimulatorActor.options(max_concurrency=10_000, scheduling_strategy="SPREAD",
+                                       name=names.user(i)).remote() for i in range(names.users)]
+
+
+def start_trial_workers(n: int, per_worker: int, names: ActorNames, settings: TrialSettings) -> list:
+    return [TrialWorker.options(max_concurrency=per_worker, scheduling_strategy="SPREAD").remote(names, settings)
             for _ in range(n)]
-
-
-def start_trial_workers(n: int, per_worker: int, databases: dict[str, list], index, settings: TrialSettings,
-                        users: list | None = None) -> list:
-    return [TrialWorker.options(max_concurrency=per_worker, scheduling_strategy="SPREAD")
-            .remote(databases, index, settings, users) for _ in range(n)]

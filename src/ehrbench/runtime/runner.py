@@ -21,7 +21,8 @@ from tqdm import tqdm
 from ..benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS, TrialSettings
 from ..benchmarks.ehrchatqa.tasks import Task
 from ..trial import Termination, TrialRecord
-from .actors import start_database, start_trial_workers, start_user_simulators, start_value_index
+from .actors import (ActorNames, start_database, start_trial_workers, start_user_simulators,
+                     start_value_index)
 from .rate_limits import start_rate_limiters
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,8 @@ class RuntimeOptions:
 
 @dataclass
 class Runtime:
-    """The actors of one run."""
+    """The actors of one run (held here, so they live as long as the run)."""
+    names: ActorNames
     databases: dict[str, list]
     index: object
     workers: list = field(default_factory=list)
@@ -48,20 +50,20 @@ class Runtime:
 
 
 def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptions = RuntimeOptions()) -> Runtime:
-    """Database shards and the value index; workers come once the settings are final (`start_workers`)."""
-    return Runtime({db_id: start_database(p, db_id, options.db_replicas) for db_id, p in paths.items()},
-                   start_value_index(index_cache))
+    """Database shards, the value index and user simulators; trial workers come once the settings are final."""
+    names = ActorNames(replicas={db_id: options.db_replicas for db_id in paths}, users=options.user_simulators)
+    return Runtime(names, {db_id: start_database(p, db_id, options.db_replicas, names=names)
+                           for db_id, p in paths.items()},
+                   start_value_index(index_cache, names.index), users=start_user_simulators(names))
 
 
 def start_workers(runtime: Runtime, settings: TrialSettings, options: RuntimeOptions = RuntimeOptions()) -> \
         TrialSettings:
-    """Rate limiters, user simulators and trial workers; returns the settings with the cluster-wide limiters in."""
+    """Rate limiters and trial workers; returns the settings with the cluster-wide limiters in."""
     runtime.limiters, settings = start_rate_limiters(settings)
-    runtime.users = start_user_simulators(options.user_simulators)
     n = options.trial_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
     per_worker = math.ceil(options.max_in_flight / n) + 1
-    runtime.workers = start_trial_workers(n, per_worker, runtime.databases, runtime.index, settings,
-                                          runtime.users or None)
+    runtime.workers = start_trial_workers(n, per_worker, runtime.names, settings)
     return settings
 
 

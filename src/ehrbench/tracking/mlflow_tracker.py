@@ -7,7 +7,9 @@ simulation validator's verdict are attached to the trace as assessments (feedbac
 """
 from __future__ import annotations
 
+import queue
 import re
+import threading
 from pathlib import Path
 
 import mlflow
@@ -15,7 +17,9 @@ from mlflow.entities import AssessmentSource, SpanType
 
 from ..trial import TrialRecord
 
-FEEDBACK_BATCH = 256   # assessments wait for their traces to be stored; flushing per trial would stall the run
+TRACE_BACKLOG = 512    # traces waiting for the writer thread before `log_trial` blocks (backpressure, never loss)
+FLUSH_EVERY = 32       # traces between drains of MLflow's export queue (its queues drop what overflows them)
+IDLE = object()
 SECRET_KEY = re.compile(r"(api_?key|token|secret|password|authorization)", re.I)
 
 
@@ -50,7 +54,7 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
-def trial_trace(record: TrialRecord) -> str:
+def trial_trace(record: TrialRecord, run_id: str | None = None) -> str:
     """Build the trial's trace from its timed messages and model calls; returns the trace id.
 
     Messages are timed on the trial's monotonic clock, model calls on the wall clock; the two agree to well under a
@@ -78,6 +82,7 @@ def trial_trace(record: TrialRecord) -> str:
                                                 "attempt": record.attempt, "rerun": record.rerun},
                                         tags={"task": record.task_key, "trial": str(record.trial),
                                               "termination": record.termination, "reward": str(record.reward)},
+                                        metadata={"mlflow.sourceRun": run_id} if run_id else None,
                                         start_time_ns=_ns(first))
     msgs = record.messages
     for j, start, end, inside in steps:
@@ -123,6 +128,56 @@ def log_assessments(trace_id: str, record: TrialRecord) -> None:
                             metadata={k: str(v[k])[:500] for k in ("broken_rule", "evidence") if k in v})
 
 
+class TraceWriter(threading.Thread):
+    """Writes each trial's trace and then its assessments, off the scheduling loop, losing none.
+
+    MLflow exports traces asynchronously in batches, and discards them (with a warning) when its queues are full,
+    which happens as soon as trials finish faster than the store writes them; an assessment can only attach to a
+    trace already stored. So this thread builds traces, lets MLflow's exporter write them, and every
+    `FLUSH_EVERY` traces (or when idle) waits for the exporter to drain before logging those traces' assessments.
+    The queue in front of it is bounded: a slow store slows the run down instead of losing traces.
+    """
+
+    def __init__(self, run_id: str):
+        super().__init__(name="ehrbench-trace-writer", daemon=True)
+        self.run_id = run_id
+        self.backlog: queue.Queue = queue.Queue(maxsize=TRACE_BACKLOG)
+        self.error: Exception | None = None
+        self.written = 0
+        self.start()
+
+    def put(self, record: TrialRecord) -> None:
+        self.backlog.put(record)
+
+    def run(self) -> None:
+        pending: list[tuple[str, TrialRecord]] = []
+        while True:
+            try:
+                record = self.backlog.get(timeout=1.0) if pending else self.backlog.get()
+            except queue.Empty:
+                record = IDLE
+            if record is not None and record is not IDLE and self.error is None:
+                try:
+                    pending.append((trial_trace(record, self.run_id), record))
+                except Exception as e:  # noqa: BLE001 - surfaced by the tracker in the main thread
+                    self.error = e
+            if pending and (record is None or record is IDLE or len(pending) >= FLUSH_EVERY):
+                try:
+                    mlflow.flush_trace_async_logging()
+                    for trace_id, done in pending:
+                        log_assessments(trace_id, done)
+                    self.written += len(pending)
+                except Exception as e:  # noqa: BLE001
+                    self.error = self.error or e
+                pending.clear()
+            if record is None:
+                return
+
+    def close(self) -> None:
+        self.backlog.put(None)
+        self.join()
+
+
 class MlflowTracker:
     def __init__(self, tracking_uri: str, experiment: str, run_name: str, params: dict,
                  artifact_location: str | None = None, log_traces: bool = True, resume_run_id: str | None = None):
@@ -131,7 +186,6 @@ class MlflowTracker:
             mlflow.create_experiment(experiment, artifact_location=artifact_location)
         mlflow.set_experiment(experiment)
         self.log_traces = log_traces
-        self._feedback: list[tuple[str, TrialRecord]] = []
         self.resumed = False
         if resume_run_id and _run_exists(resume_run_id):
             self.run = mlflow.start_run(run_id=resume_run_id)
@@ -140,24 +194,17 @@ class MlflowTracker:
         else:
             self.run = mlflow.start_run(run_name=run_name)
             mlflow.log_params(flatten(params))
+        if log_traces:
+            self._writer = TraceWriter(self.run.info.run_id)
 
     def log_trial(self, record: TrialRecord) -> None:
-        """One trace per trial attempt, with the spans' real times; its reward and verdict queued as assessments."""
+        """Queue the trial's trace (written with its assessments by the writer thread); blocks while the backlog
+        is full, and raises here if the writer has failed (the tracking store is gone)."""
         if not self.log_traces:
             return
-        trace_id = trial_trace(record)
-        self._feedback.append((trace_id, record))
-        if len(self._feedback) >= FEEDBACK_BATCH:
-            self.flush_feedback()
-
-    def flush_feedback(self) -> None:
-        """Assessments attach to stored traces, so the async trace queue is flushed before they are logged."""
-        if not self._feedback:
-            return
-        mlflow.flush_trace_async_logging()
-        for trace_id, record in self._feedback:
-            log_assessments(trace_id, record)
-        self._feedback.clear()
+        if self._writer.error:
+            raise self._writer.error
+        self._writer.put(record)
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         mlflow.log_metrics({re.sub(r"[^0-9A-Za-z_\-. /]", "_", k): float(v) for k, v in metrics.items()})
@@ -178,6 +225,9 @@ class MlflowTracker:
 
     def finish(self, status: str = "FINISHED") -> None:
         try:
-            self.flush_feedback()
+            if self.log_traces:
+                self._writer.close()
+                if self._writer.error and status == "FINISHED":
+                    raise self._writer.error
         finally:
             mlflow.end_run(status=status)
