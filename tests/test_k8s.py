@@ -50,13 +50,16 @@ def test_every_object_is_complete(name, doc):
                 assert "valueFrom" in env and "value" not in env, f"{name}: {env['name']} must come from a Secret"
 
 
-def test_rayjob_runs_the_evaluation_app_with_overrides_that_compose():
+def test_rayjob_runs_the_evaluation_app_with_overrides_that_compose(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     job = by_kind("RayJob")
     argv = shlex.split(job["spec"]["entrypoint"])
     assert argv[:2] == ["python", "jobs/evaluate.py"] and (ROOT / argv[1]).exists()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=argv[2:])
-    assert cfg.runtime.address == "auto" and cfg.tracking.name == "server"
+    assert cfg.runtime.name == "cluster" and cfg.runtime.address == "auto" and cfg.tracking.name == "server"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.7:6379")               # as `ray job submit` / KubeRay set it
+    assert cfg.runtime.address == "10.0.0.7:6379"
     assert cfg.tracking.uri == "http://mlflow.ehrbench.svc:5000"
     mlflow = by_kind("Service", "mlflow")["spec"]["ports"][0]["port"]
     assert cfg.tracking.uri.endswith(f":{mlflow}")

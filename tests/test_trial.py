@@ -72,3 +72,27 @@ def test_agent_bug_costs_the_trial_not_the_run():
 
     r = asyncio.run(run_trial("k", 0, Crashy(), ScriptedUser("Your goal is x."), EchoTools(), full_marks))
     assert (r.termination, r.reward) == ("agent_error", 0.0)
+
+
+def test_trials_await_their_model_calls_concurrently_and_meter_each(dbs):
+    """20 trials whose scripted model waits 50 ms a call share one event loop: they overlap, each call is metered."""
+    import time
+
+    from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings
+
+    tasks = load_task_dir(TASK_DIR, ["mimic_iv_star"], ["incre", "adapt"])[:20]
+    settings = TrialSettings(agent_latency_s=0.05, user_latency_s=0.05)
+    hosts = {db: LocalHost(d) for db, d in dbs.items()}
+
+    async def all_trials():
+        start = time.monotonic()
+        done = await asyncio.gather(*(run_task_trial(t, 0, hosts[t.db_id], LocalHost(EchoIndex()),
+                                                     VocabularyWebSearch(), settings) for t in tasks))
+        return [records[-1] for records in done], time.monotonic() - start
+    records, wall = asyncio.run(all_trials())
+    assert all(r.reward == 1.0 for r in records)
+    assert all(r.usage["agent"]["calls"] == r.steps and r.usage["user"]["calls"] == r.user_turns for r in records)
+    assert all(-0.001 <= c["t"] and c["t"] + c["dt"] <= r.duration_s + 0.01 and c["dt"] >= 0.049
+               for r in records for c in r.model_calls)
+    serial = 0.05 * sum(len(r.model_calls) for r in records)
+    assert wall < serial / 4          # one after another would take `serial` seconds
