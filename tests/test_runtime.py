@@ -90,9 +90,9 @@ def test_expired_lease_of_a_dead_client_is_given_back(ray_cluster):
     from ehrbench.runtime.rate_limits import RateLimiterActor
 
     limiter = RateLimiterActor.options(max_concurrency=100).remote(1, None, lease_s=0.5)
-    ray.get(limiter.acquire.remote())                      # taken and never released (its holder "died")
+    ray.get(limiter.acquire.remote(), timeout=10)          # taken and never released (its holder "died")
     t = time.monotonic()
-    ray.get(limiter.acquire.remote())
+    ray.get(limiter.acquire.remote(), timeout=10)          # a lease that never expired would time out here
     assert 0.4 <= time.monotonic() - t < 5
 
 

@@ -13,7 +13,6 @@ included, are never cached.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -66,7 +65,6 @@ class Database:
                                     pool_size=64)  # one connection per thread; never closed under a running query
         self.metadata = sa.MetaData()
         self.metadata.reflect(self.engine)
-        self._lock = threading.Lock()
         self.execute = lru_cache(maxsize=cache_size)(self._execute)    # exceptions are not cached
         self.substring_values = lru_cache(maxsize=cache_size)(self._substring_values)
         self.table_info = lru_cache(maxsize=256)(self._table_info)

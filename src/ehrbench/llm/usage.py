@@ -24,10 +24,13 @@ class Price:
 
 @dataclass
 class UsageMeter:
-    """Accumulates usage and cost by role, and each call's timing (the model spans of the trace); one per attempt."""
+    """Accumulates usage and cost by role, and each call's timing (the model spans of the trace); one per attempt.
+
+    Call start times `t` are wall-clock (comparable across processes and nodes, so a user simulator actor's meter
+    merges as is); the trial makes them relative to its own start.
+    """
     by_role: dict[str, dict] = field(default_factory=dict)
     calls: list[dict] = field(default_factory=list)
-    origin: float = field(default_factory=time.time)   # wall clock (comparable across nodes): call times are relative to it
 
     def add(self, role: str, usage: Usage, price: Price, started: float | None = None, model: str = "") -> None:
         row = self.by_role.setdefault(role, {"calls": 0, "input_tokens": 0, "output_tokens": 0,
@@ -38,7 +41,7 @@ class UsageMeter:
         row["cached_tokens"] += usage.cached_tokens
         row["cost_usd"] += price.cost(usage)
         if started is not None:
-            self.calls.append({"role": role, "model": model, "t": round(started - self.origin, 4),
+            self.calls.append({"role": role, "model": model, "t": started,
                                "dt": round(time.time() - started, 4), "input_tokens": usage.input_tokens,
                                "output_tokens": usage.output_tokens, "cached_tokens": usage.cached_tokens})
 
@@ -48,8 +51,7 @@ class UsageMeter:
             mine = self.by_role.setdefault(role, dict.fromkeys(row, 0))
             for key, value in row.items():
                 mine[key] += value
-        shift = other.origin - self.origin
-        self.calls.extend({**c, "t": round(c["t"] + shift, 4)} for c in other.calls)
+        self.calls.extend(other.calls)
         self.calls.sort(key=lambda c: c["t"])
 
 

@@ -95,9 +95,8 @@ def start_rate_limiters(settings) -> tuple[dict, object]:
     """One limiter actor per distinct model of the settings; returns them and the settings pointing at them."""
     actors: dict[str, object] = {}
     changes = {}
-    for field_name in ("agent_model", "user_model", "verifier_model", "validator_model"):
-        cfg = getattr(settings, field_name)
-        if not cfg or cfg.get("provider") == "scripted":
+    for field_name, cfg in settings.models().items():
+        if cfg.get("provider") == "scripted":
             continue
         limits = dict(cfg.get("limits") or {})
         name = limiter_name(cfg)

@@ -89,7 +89,6 @@ def build_indexes(databases: dict[str, list], index_handle) -> int:
 
 @dataclass
 class RunStats:
-    submitted: int = 0
     infra_retries: int = 0
     worker_failures: int = 0
 
@@ -109,7 +108,6 @@ def run_trials(tasks: list[Task], trials: int, workers: list, on_record: Callabl
             ref = workers[w].run.remote(task, i, attempt)
             in_flight[ref] = (task, i, attempt, w)
             load[w] += 1
-            stats.submitted += 1
         refs = list(in_flight)
         ray.wait(refs, num_returns=1)                                      # block until one trial is back,
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)        # then take every one that is

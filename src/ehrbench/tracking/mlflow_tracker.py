@@ -36,6 +36,11 @@ def flatten(cfg: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
+def metric_name(name: str) -> str:
+    """MLflow accepts letters, digits and `_ - . /` and space in metric names; anything else becomes `_`."""
+    return re.sub(r"[^0-9A-Za-z_\-. /]", "_", name)
+
+
 def _run_exists(run_id: str) -> bool:
     try:
         mlflow.get_run(run_id)
@@ -207,12 +212,12 @@ class MlflowTracker:
         self._writer.put(record)
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
-        mlflow.log_metrics({re.sub(r"[^0-9A-Za-z_\-. /]", "_", k): float(v) for k, v in metrics.items()})
+        mlflow.log_metrics({metric_name(k): float(v) for k, v in metrics.items()})
 
     def log_curve(self, name: str, values: list[float]) -> None:
         """A metric over k = 1..len(values), logged as steps (MLflow draws it as a line)."""
         for k, v in enumerate(values, start=1):
-            mlflow.log_metric(re.sub(r"[^0-9A-Za-z_\-. /]", "_", name), float(v), step=k)
+            mlflow.log_metric(metric_name(name), float(v), step=k)
 
     def log_artifact(self, path: str | Path) -> None:
         mlflow.log_artifact(str(path))

@@ -65,10 +65,9 @@ class TrialSettings:
             raise ValueError(f"benchmark.web_search={self.web_search!r} is unknown; choose one of {sorted(BACKENDS)}")
 
     def models(self) -> dict[str, dict]:
-        """The model configs in use, by role (for the start-up key check and the run's params)."""
-        return {role: cfg for role, cfg in (("agent", self.agent_model), ("user", self.user_model),
-                                            ("verifier", self.verifier_model), ("validator", self.validator_model))
-                if cfg}
+        """The model configs in use, by field (`agent_model`, ...): the start-up key check, the rate limiters."""
+        return {name: cfg for name in ("agent_model", "user_model", "verifier_model", "validator_model")
+                if (cfg := getattr(self, name))}
 
 
 def _metered(cfg: dict, role: str, meter: UsageMeter) -> MeteredModel:
@@ -163,9 +162,8 @@ async def run_task_trial(task: Task, trial: int, db: DatabaseLike, index: IndexL
             validator = SimulationValidator(_metered(settings.validator_model, "validator", meter),
                                             settings.validator_samples)
             record.validation = await validator.judge(task.instruction, task.gold_sql, record)
-        shift = meter.origin - record.started_at   # model call times, relative to the trial's start
         record.usage = meter.by_role
-        record.model_calls = [{**c, "t": round(c["t"] + shift, 4)} for c in meter.calls]
+        record.model_calls = [{**c, "t": round(c["t"] - record.started_at, 4)} for c in meter.calls]
         if record.validation and record.validation.get("result") == USER_ERROR:
             record.termination, record.reward = Termination.REJECTED.value, None
             mistakes.append(str(record.validation.get("explanation", "")) or "the user broke a rule")
