@@ -51,6 +51,15 @@ def test_bad_override_fails_before_any_work(tmp_path):
     assert out.returncode != 0 and "Could not find 'agent/nope'" in out.stderr
 
 
+def test_bad_runtime_option_fails_before_any_work_naming_the_field(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "ehrbench", "runtime.max_in_flight=0", f"hydra.run.dir={tmp_path}",
+                          f"data.root={tmp_path / 'gen'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == ("ehrbench: runtime.max_in_flight=0: must be an integer of at "
+                                                    "least 1 (conf/runtime/*.yaml or the override)")
+    assert not (tmp_path / "gen").exists()          # no database was built
+
+
 def test_benchmark_override_composes_one_database():
     from hydra import compose, initialize_config_dir
 

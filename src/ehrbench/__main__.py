@@ -185,6 +185,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     bench = cfg.benchmark
     settings = trial_settings(cfg)
     check_models(settings)
+    options = RuntimeOptions(**{f: cfg.runtime[f] for f in RuntimeOptions.__dataclass_fields__ if f in cfg.runtime})
     tasks = load_task_dir(to_absolute_path(bench.task_dir), list(bench.databases), list(bench.flows))
     identity = run_identity(OmegaConf.to_container(cfg, resolve=True), task_digest(tasks))
     if cfg.limit_tasks:
@@ -203,7 +204,6 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
     ray.init(address=cfg.runtime.address, ignore_reinit_error=True, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    options = RuntimeOptions(**{f: cfg.runtime[f] for f in RuntimeOptions.__dataclass_fields__ if f in cfg.runtime})
     runtime = start_runtime(paths, to_absolute_path(cfg.data.index_cache), options)
     embedded = build_indexes(runtime.databases, runtime.index)
     settings = start_workers(runtime, settings, options)

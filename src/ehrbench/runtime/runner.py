@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from ..benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS, TrialSettings
 from ..benchmarks.ehrchatqa.tasks import Task
+from ..llm.base import ConfigurationError
 from ..trial import Termination, TrialRecord
 from .actors import (ActorNames, start_database, start_trial_workers, start_user_simulators,
                      start_value_index)
@@ -36,6 +37,14 @@ class RuntimeOptions:
     db_replicas: int = 1            # whole-database shards per database
     trial_workers: int = 0          # TrialWorker actors; 0: one per CPU of the cluster
     user_simulators: int = 0        # UserSimulatorActors; 0: users live inside the trial workers
+
+    def __post_init__(self):
+        least = {"max_in_flight": 1, "max_attempts": 1, "db_replicas": 1, "trial_workers": 0, "user_simulators": 0}
+        for name, low in least.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < low:
+                raise ConfigurationError(f"runtime.{name}={value!r}: must be an integer of at least {low} "
+                                         f"(conf/runtime/*.yaml or the override)")
 
 
 @dataclass
