@@ -46,3 +46,65 @@ def test_results_are_cached_but_failures_and_timeouts_never_are(db_paths):
     with pytest.raises(QueryError, match="refused"):
         db.execute("DELETE FROM demographics")
     assert db.execute.cache_info().currsize == 1
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("SELECT printf('%.*c', 400000000, 'x') FROM demographics LIMIT 10", "1,000,000-byte limit on one value"),
+    ("SELECT zeroblob(300000000) FROM demographics LIMIT 20", "1,000,000-byte limit on one value"),
+    ("SELECT group_concat(printf('%.*c', 900000, 'x')) FROM labresults", "1,000,000-byte limit on one value"),
+    ("SELECT printf('%.*c', 900000, 'x'), printf('%.*c', 900000, 'y') FROM labresults LIMIT 10",
+     "first 3 rows of the result are larger than the 4,000,000-byte limit on a result"),
+])
+def test_giant_values_and_results_are_stopped_with_the_limit_named_and_memory_bounded(dbs, sql, message):
+    db = dbs["mimic_iv_star"]
+    before = _peak_rss_mb()
+    with pytest.raises(QueryError, match=message):
+        db.execute(sql, timeout_s=5.0)
+    assert _peak_rss_mb() - before < 300            # unguarded, the first query held 5.7 GB
+    assert db.execute("SELECT COUNT(*) FROM demographics").rows == [(100,)]
+
+
+def test_counting_a_long_result_of_wide_values_holds_one_row_at_a_time(dbs):
+    """15,562 rows of 0.9 MB each are 14 GB: counted, not held."""
+    db = dbs["mimic_iv_star"]
+    before = _peak_rss_mb()
+    result = db.execute("SELECT printf('%.*c', 900000, 'x') FROM labresults", timeout_s=30.0, keep=2)
+    assert len(result.rows) == 2 and result.total == 15_562 and _peak_rss_mb() - before < 300
+
+
+def test_read_only_introspection_is_allowed_and_setting_pragmas_is_refused_by_name(dbs):
+    db = dbs["mimic_iv_star"]
+    columns = db.execute("SELECT name FROM pragma_table_info('demographics')").rows
+    assert ("patientid",) in columns
+    with pytest.raises(QueryError, match="PRAGMA writable_schema is not allowed"):
+        db.execute("PRAGMA writable_schema = 1")
+    with pytest.raises(QueryError, match="a schema change \\(CREATE / DROP\\) is not allowed"):
+        db.execute("CREATE TABLE x (a)")
+    with pytest.raises(QueryError, match="a schema change \\(CREATE / DROP\\) is not allowed"):
+        db.execute("DROP TABLE demographics")
+    with pytest.raises(QueryError, match="is not allowed|may not be modified"):
+        db.execute("UPDATE sqlite_master SET sql = ''")
+    with pytest.raises(QueryError, match="more than 200 columns"):
+        db.execute("SELECT " + ", ".join(f"{i} AS c{i}" for i in range(250)))
+
+
+def test_the_observation_an_agent_sees_is_capped_and_says_so():
+    from ehrbench.db.limits import cap_observation
+
+    text = cap_observation("x" * 70_000, 50_000)
+    assert text.startswith("x" * 50_000) and "cut at the 50,000-character limit; 20,000 characters not shown" in text
+    assert cap_observation("short", 50_000) == "short"
+
+
+def test_query_errors_are_never_worth_retrying(dbs):
+    db = dbs["mimic_iv_star"]
+    for sql in ("DELETE FROM demographics", "SELEC 1", "SELECT zeroblob(300000000)"):
+        with pytest.raises(QueryError) as e:
+            db.execute(sql)
+        assert e.value.retryable is False

@@ -1,6 +1,6 @@
 import pytest
 
-from ehrbench.metrics import pass_at_k, pass_hat_k, summarize
+from ehrbench.metrics import best_at_k, pass_at_k, pass_hat_k, set_f1, summarize
 
 
 def test_pass_formulas_by_hand():
@@ -19,3 +19,20 @@ def test_summary_averages_tasks_and_reports_incomplete():
     assert s.gap == pytest.approx(50.0)
     with pytest.raises(ValueError):
         pass_at_k(3, 4, 2)
+
+
+def test_set_f1_by_hand():
+    # P = 2/3 (a, b of a, b, x), R = 2/4: F1 = 2 * (2/3 * 1/2) / (2/3 + 1/2) = 4/7
+    assert set_f1(["A", "b", "x"], ["a", "B", "c", "d"]) == pytest.approx(4 / 7)
+    assert set_f1(["a", "a"], ["a"]) == 1.0                     # a set: duplicates count once
+    assert set_f1([], ["a"]) == 0.0 and set_f1(["z"], ["a"]) == 0.0 and set_f1(["a"], []) == 0.0
+
+
+def test_best_at_k_by_hand():
+    # scores 0.2, 0.5, 0.9 (N=3): Best@1 = mean = 1.6/3; Best@2 = max over the 3 pairs = (0.5 + 0.9 + 0.9)/3
+    s = [0.9, 0.2, 0.5]
+    assert best_at_k(s, 1) == pytest.approx(1.6 / 3)
+    assert best_at_k(s, 2) == pytest.approx(2.3 / 3)
+    assert best_at_k(s, 3) == pytest.approx(0.9)
+    with pytest.raises(ValueError):
+        best_at_k(s, 4)

@@ -1,11 +1,15 @@
-"""Reliability metrics over repeated trials, as pure functions (EHR-ChatQA section 5.1).
+"""Metrics over repeated trials, as pure functions; which ones a benchmark reports is its own business.
 
-For a task with n valid trials of which c succeeded:
+For a task with n valid trials of which c succeeded (EHR-ChatQA section 5.1):
   SR-k    = c / n                      (mean reward)
   Pass@k  = 1 - C(n-c, k) / C(n, k)    (at least one of k sampled trials succeeds)
   Pass^k  = C(c, k) / C(n, k)          (all k sampled trials succeed)
   Gap-k   = Pass@k - Pass^k
 Aggregates average over tasks; tasks with fewer than k valid trials are reported as incomplete, never scored.
+
+For graded (not pass/fail) answers (AgentEHR):
+  set F1  = 2PR / (P + R), P = |Y & Y*| / |Y|, R = |Y & Y*| / |Y*|, case-insensitive exact strings; empty -> 0
+  Best@K  = expected max score over K of N runs = sum_{i=K..N} C(i-1, K-1) / C(N, K) * s_i, scores ascending
 """
 from __future__ import annotations
 
@@ -64,3 +68,23 @@ def summarize(rewards_by_task: dict[str, list[float]], k: int) -> Summary:
 def curve(rewards_by_task: dict[str, list[float]], ks: range) -> list[Summary]:
     """Pass@k / Pass^k for each k (paper Figure 3a)."""
     return [summarize(rewards_by_task, k) for k in ks]
+
+
+def set_f1(predicted, gold) -> float:
+    """Set F1 with case-insensitive exact string match; an empty prediction (or gold) scores 0."""
+    pred = {str(p).strip().lower() for p in predicted}
+    true = {str(g).strip().lower() for g in gold}
+    hit = len(pred & true)
+    if not pred or not true or not hit:
+        return 0.0
+    precision, recall = hit / len(pred), hit / len(true)
+    return 2 * precision * recall / (precision + recall)
+
+
+def best_at_k(scores: list[float], k: int) -> float:
+    """Expected maximum of `k` scores drawn without replacement from the `n` runs' `scores`."""
+    n = len(scores)
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
+    ordered = sorted(scores)
+    return sum(comb(i - 1, k - 1) * ordered[i - 1] for i in range(k, n + 1)) / comb(n, k)

@@ -1,10 +1,13 @@
-"""A read-only, time-limited SQLite database behind a SQLAlchemy engine.
+"""A read-only, time- and size-limited SQLite database behind a SQLAlchemy engine.
 
-Agent SQL runs with three guards, none of which trusts the SQL text: the file is opened `immutable=1` (nothing can
-write it), a SQLite authorizer allows only reads (so INSERT/UPDATE/DELETE/DROP/ALTER/CREATE, ATTACH, PRAGMA and
-load_extension are refused before they run, with the refused action named), and a progress handler stops any
-statement at its deadline (runaway joins end with a time-limit error, the connection stays usable).
-Identifiers that reach SQL from tool arguments are checked against the reflected schema first.
+Agent SQL runs with four guards, none of which trusts the SQL text: the file is opened `immutable=1` (nothing can
+write it), a SQLite authorizer allows only reads (so INSERT/UPDATE/DELETE/DROP/ALTER/CREATE, ATTACH, setting
+PRAGMAs and load_extension are refused before they run, with the refused action named; read-only introspection
+such as `pragma_table_info('t')` is allowed), a progress handler stops any statement at its deadline (runaway joins
+end with a time-limit error, the connection stays usable), and size limits (`db/limits.py`) bound one value
+(SQLite's length limit), the kept rows of a result, the columns of a row and SQLite's heap, so no query can exhaust
+the memory of the process that hosts the database. Identifiers that reach SQL from tool arguments are checked
+against the reflected schema first.
 
 Because the file cannot change, a query's result is a pure function of its text: successful results are kept in a
 bounded LRU cache (trials of one task re-run the same queries, and scoring re-runs the agent's). Failures, time-outs
@@ -13,14 +16,16 @@ included, are never cached.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.pool import SingletonThreadPool
 from sqlalchemy.schema import CreateTable
+
+from .limits import QueryError, QueryLimits, QueryResult, fetch_bounded
 
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 _BLOCKED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"}
@@ -31,37 +36,57 @@ _AUTHORIZER_ACTIONS = (
     "ANALYZE CREATE_VTABLE DROP_VTABLE SAVEPOINT").split()
 _ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + n): n.replace("_", " ") for n in _AUTHORIZER_ACTIONS
                  if hasattr(sqlite3, "SQLITE_" + n)}
-
-
-class QueryError(Exception):
-    """Agent SQL that was refused, failed, or ran past its time limit. The message is shown to the agent."""
+# PRAGMAs that only read the schema: allowed as statements and as table-valued functions (pragma_table_info('t')).
+_READ_ONLY_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+                      "foreign_key_list", "collation_list", "function_list", "database_list"}
 
 
 class UnknownIdentifier(QueryError):
     pass
 
 
-@dataclass
-class QueryResult:
-    rows: list[tuple]
-    total: int          # rows the query produced (counted up to `count_cap`)
-    capped: bool        # True when counting stopped at the cap
-
-
-def _connect(path: Path) -> sqlite3.Connection:
+def _connect(path: Path, limits: QueryLimits) -> sqlite3.Connection:
     uri = f"file:{Path(path).resolve()}?immutable=1"
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
     conn.enable_load_extension(False) if hasattr(conn, "enable_load_extension") else None
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_COLUMN, limits.max_columns)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 1_000_000)
+    conn.execute(f"PRAGMA hard_heap_limit = {int(limits.max_heap_bytes)}")   # before the authorizer exists
+    for name in ("printf", "format"):
+        conn.create_function(name, -1, _bounded_printf(limits.max_value_bytes), deterministic=True)
     return conn
 
 
+def _bounded_printf(max_bytes: int):
+    """SQLite's printf() quietly returns NULL past the length limit; this one says why, so the agent is told.
+
+    The formatting itself is SQLite's, done on a private in-memory connection with the same limit.
+    """
+    local = threading.local()
+
+    def printf(*args):
+        if not hasattr(local, "conn"):
+            local.conn = sqlite3.connect(":memory:")
+            local.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_bytes)
+        marks = ", ".join("?" * len(args))
+        value = local.conn.execute(f"SELECT printf({marks})", args).fetchone()[0] if args else None
+        if value is None and args and args[0] is not None:
+            raise sqlite3.DataError("string or blob too big")
+        return value
+    return printf
+
+
 class Database:
-    def __init__(self, path: str | Path, db_id: str | None = None, cache_size: int = 4096):
+    def __init__(self, path: str | Path, db_id: str | None = None, cache_size: int = 4096,
+                 limits: QueryLimits = QueryLimits()):
         self.path = Path(path)
         if not self.path.exists():
             raise FileNotFoundError(f"database file {self.path} does not exist (build it with ehrbench's data step)")
         self.db_id = db_id or self.path.stem
-        self.engine = sa.create_engine("sqlite://", creator=lambda: _connect(self.path), poolclass=SingletonThreadPool,
+        self.limits = limits
+        self.engine = sa.create_engine("sqlite://", creator=lambda: _connect(self.path, limits),
+                                       poolclass=SingletonThreadPool,
                                     pool_size=64)  # one connection per thread; never closed under a running query
         self.metadata = sa.MetaData()
         self.metadata.reflect(self.engine)
@@ -123,8 +148,17 @@ class Database:
                 return sqlite3.SQLITE_DENY
             if action in _READ_ACTIONS:
                 return sqlite3.SQLITE_OK
-            schema_change = (arg1 or "").startswith("sqlite_")  # CREATE/DROP show up as writes to sqlite_master
-            refused.append("a schema change (CREATE / DROP)" if schema_change else _ACTION_NAMES.get(action, str(action)))
+            if action == sqlite3.SQLITE_PRAGMA:
+                if (arg1 or "").lower() in _READ_ONLY_PRAGMAS:
+                    return sqlite3.SQLITE_OK
+                refused.append(f"PRAGMA {arg1}")
+                return sqlite3.SQLITE_DENY
+            if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master" and not refused:
+                # Table-valued pragmas (pragma_table_info) ask this while reading the schema; SQLite never lets a
+                # statement modify sqlite_master itself, and CREATE / DROP are refused by their own action first.
+                return sqlite3.SQLITE_OK
+            writes_schema = action in (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_DELETE) and arg1 == "sqlite_master"
+            refused.append("a schema change (CREATE / DROP)" if writes_schema else _ACTION_NAMES.get(action, str(action)))
             return sqlite3.SQLITE_DENY
 
         deadline = time.monotonic() + timeout_s
@@ -135,17 +169,9 @@ class Database:
             conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
             try:
                 cur = conn.execute(sql)
-                rows, total = [], 0
-                while total < count_cap:
-                    batch = cur.fetchmany(5_000)
-                    if not batch:
-                        break
-                    if len(rows) < keep:
-                        rows.extend(batch[: keep - len(rows)])
-                    total += len(batch)
-                capped = total >= count_cap
+                result = fetch_bounded(cur, keep, count_cap, self.limits)
                 cur.close()
-                return QueryResult(rows=rows, total=total, capped=capped)
+                return result
             except sqlite3.Error as e:
                 if refused or "not authorized" in str(e):
                     what = refused[0] if refused else "this statement"
@@ -153,6 +179,15 @@ class Database:
                                      f"(only SELECT / WITH queries may run)") from None
                 if "interrupted" in str(e) and time.monotonic() > deadline:
                     raise QueryError(f"query exceeded the {timeout_s:g} s time limit and was stopped") from None
+                if "too big" in str(e) or "user-defined function raised" in str(e):
+                    raise QueryError(f"query stopped: a value would be larger than the {self.limits.max_value_bytes:,}"
+                                     "-byte limit on one value; select a shorter part (substr)") from None
+                if "too many columns" in str(e):
+                    raise QueryError(f"query refused: more than {self.limits.max_columns} columns in one result "
+                                     "row") from None
+                if "out of memory" in str(e):
+                    raise QueryError(f"query stopped: it needed more than the database's "
+                                     f"{self.limits.max_heap_bytes:,}-byte memory limit") from None
                 raise QueryError(str(e)) from None
             except (ValueError, sqlite3.Warning) as e:  # e.g. "You can only execute one statement at a time."
                 raise QueryError(str(e)) from None
