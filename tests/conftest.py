@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,9 +17,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # loopback accepts anything. Tests about missing keys remove them for their own process.
 TEST_KEYS = {"GEMINI_API_KEY": "test-gemini-key-never-logged", "OPENAI_API_KEY": "test-openai-key-never-logged"}
 os.environ.update(TEST_KEYS)
-# `ray start` turns on token authentication; clients (this process, the main-job subprocesses, the job CLI) present
-# the token it wrote to ~/.ray/auth_token once told so. Ray reads this when it is imported, hence here.
+# The session's Ray cluster uses token authentication with a token of its own in a temporary folder (never
+# ~/.ray): clients (this process, the main-job subprocesses, the job CLI) present it through these two variables,
+# which Ray reads when it is imported, hence here.
+RAY_SCRATCH = Path(tempfile.mkdtemp(prefix="ehrb-ray-"))   # short: Ray's socket paths must stay under 107 bytes
 os.environ["RAY_AUTH_MODE"] = "token"
+os.environ["RAY_AUTH_TOKEN_PATH"] = str(RAY_SCRATCH / "auth_token")
+os.environ.pop("RAY_AUTH_TOKEN", None)
+os.environ.pop("RAY_ADDRESS", None)
 ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "data" / "tasks" / "ehrchatqa"
 
@@ -52,24 +60,63 @@ def _free_port() -> int:
 class RayCluster:
     address: str        # GCS address, for ray.init / runtime.address
     dashboard: str      # HTTP address, for `ray job submit --address`
+    pid: int            # the `ray start --head --block` process; its process group is the cluster
 
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """One real cluster for the whole session, started as an operator would: `ray start --head`."""
+    """One real cluster for the whole session, started with the README's recipe (`jobs/start-ray-head.sh`).
+
+    It runs with `--block` in a session of its own, so teardown stops exactly the processes it started (its process
+    group: GCS, raylet, dashboard, workers), never another Ray cluster on the machine.
+    """
     import ray
 
-    ray_bin = str(Path(sys.executable).with_name("ray"))
     port, dash = _free_port(), _free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=true",
-                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--disable-usage-stats"],
-                   check=True, capture_output=True, env=env, timeout=180)
-    cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dash}")
-    ray.init(address=cluster.address, log_to_driver=False)
-    yield cluster
-    ray.shutdown()
-    subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    log = (RAY_SCRATCH / "head.log").open("w")
+    head = subprocess.Popen(["bash", str(ROOT / "jobs" / "start-ray-head.sh"), f"--port={port}", "--num-cpus=2",
+                             "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+                             f"--temp-dir={RAY_SCRATCH / 'r'}", "--block"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dash}", head.pid)
+    try:
+        _wait_for_head(head, port)
+        ray.init(address=cluster.address, log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        _stop_process_group(head)
+        log.close()
+
+
+def _wait_for_head(head: subprocess.Popen, port: int, timeout_s: float = 180) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if head.poll() is not None:
+            raise RuntimeError(f"ray head exited ({head.returncode}): {(RAY_SCRATCH / 'head.log').read_text()[-3000:]}")
+        if "Ray runtime started" in (RAY_SCRATCH / "head.log").read_text():
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+        time.sleep(0.5)
+    raise RuntimeError(f"ray head did not start in {timeout_s} s: {(RAY_SCRATCH / 'head.log').read_text()[-3000:]}")
+
+
+def _stop_process_group(head: subprocess.Popen) -> None:
+    """SIGTERM to the head's own process group (it shuts its cluster down), then SIGKILL to whatever is left."""
+    for sig, wait_s in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(head.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            head.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def run_local_trial(task, dbs, web, settings=None, index=None):

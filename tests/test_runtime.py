@@ -120,3 +120,24 @@ def test_trials_through_workers_and_user_simulator_actors(ray_cluster, tmp_path)
     assert sum(served) > 2                       # conversations open at once, spread over both actors
     assert all(r.usage["user"]["calls"] == r.user_turns for r in records)      # user usage came back to the trial
     assert ray.get([u.open_conversations.remote() for u in runtime.users]) == [0, 0]   # all closed
+
+
+def test_the_recipe_cluster_has_a_token_of_its_own_and_refuses_clients_without_it(ray_cluster, tmp_path):
+    """`jobs/start-ray-head.sh` made a private token and started the head with authentication on."""
+    import os
+    import stat
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    token = Path(os.environ["RAY_AUTH_TOKEN_PATH"])
+    assert len(token.read_text().strip()) == 64 and stat.S_IMODE(token.stat().st_mode) == 0o600
+    wrong = tmp_path / "wrong_token"
+    wrong.write_text("0" * 64)
+    probe = f"import ray; ray.init(address='{ray_cluster.address}'); print('connected')"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "RAY_AUTH_TOKEN_PATH": str(wrong)})
+    assert out.returncode != 0 and "connected" not in out.stdout
+    assert "auth" in (out.stdout + out.stderr).lower()
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0 and "connected" in out.stdout
