@@ -17,7 +17,6 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,21 +53,25 @@ def main() -> None:
 
     import ray
 
-    from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings
-    from ehrbench.benchmarks.ehrchatqa.tasks import load_task_dir
-    from ehrbench.runtime.runner import RuntimeOptions, build_indexes, run_trials, start_runtime, start_workers
+    from ehrbench import benchmarks
+    from ehrbench.benchmark import TrialSettings
+    from ehrbench.config import RuntimeOptions
+    from ehrbench.runtime.runner import build_indexes, run_trials, start_runtime, start_workers
     from ehrbench.schemas import WorldSpec, build_database
     from ehrbench.tracking.mlflow_tracker import MlflowTracker, local_store
 
     spec = WorldSpec(seed=0, dictionary="used")
     paths = {db: str(build_database(db, spec, ROOT / "data" / "generated")) for db in ("mimic_iv_star", "eicu_star")}
-    tasks = load_task_dir(ROOT / "data" / "tasks" / "ehrchatqa", list(paths), ["incre", "adapt"])
+    options = {"name": "ehrchatqa", "databases": list(paths), "flows": ["incre", "adapt"], "sql_timeout_s": 60,
+               "task_dir": str(ROOT / "data" / "tasks" / "ehrchatqa"), "web_search": "vocabulary"}
+    bench = benchmarks.load("ehrchatqa", options)
+    tasks = bench.tasks()
     cores = os.cpu_count()
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     runtime = start_runtime(paths, str(ROOT / "data" / "generated" / "value_index"),
                             RuntimeOptions(user_simulators=args.user_simulators))
-    build_indexes(runtime.databases, runtime.index)
+    build_indexes(runtime.databases, runtime.index, bench.resources().indexed_columns)
     tmp = Path(tempfile.mkdtemp(prefix="ehrbench-throughput-"))
     print(f"{cores} cores, {len(tasks)} tasks, model latency {args.latency:g} s per call, "
           f"users {'in ' + str(args.user_simulators) + ' UserSimulatorActors' if args.user_simulators else 'in the trial workers'}"
@@ -78,7 +81,7 @@ def main() -> None:
         options = RuntimeOptions(max_in_flight=concurrency, user_simulators=args.user_simulators)
         for worker in runtime.workers:
             ray.kill(worker)
-        start_workers(runtime, replace(TrialSettings(), agent_latency_s=latency, user_latency_s=latency), options)
+        start_workers(runtime, TrialSettings("ehrchatqa", options, agent_latency_s=latency, user_latency_s=latency), options)
         ray.get([w.run.remote(tasks[0], 99, 0) for w in runtime.workers])        # workers up before the clock
         trials = -(-n_trials // len(tasks))
         order = [(t.key, i) for i in range(trials) for t in tasks]

@@ -39,7 +39,8 @@ def main() -> None:
 
     from ehrbench.benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS
     from ehrbench.benchmarks.ehrchatqa.tasks import load_task_dir
-    from ehrbench.db.database import Database, QueryError
+    from ehrbench.db.database import Database
+    from ehrbench.db.limits import QueryError
     from ehrbench.retrieval.value_index import ValueIndex
     from ehrbench.schemas import WorldSpec, build_database
     from ehrbench.world.generator import WorldSize

@@ -119,15 +119,31 @@ def _stop_process_group(head: subprocess.Popen) -> None:
             pass
 
 
-def run_local_trial(task, dbs, web, settings=None, index=None):
+EHRCHATQA_OPTIONS = {"name": "ehrchatqa", "databases": ["mimic_iv_star", "eicu_star"], "flows": ["incre", "adapt"],
+                     "task_dir": str(TASK_DIR), "sql_timeout_s": 60, "web_search": "vocabulary"}
+
+
+def ehrchatqa_settings(**fields):
+    """TrialSettings for EHR-ChatQA as the driver would make them (reference agent, scripted user by default)."""
+    from ehrbench.benchmark import TrialSettings
+
+    return TrialSettings(benchmark="ehrchatqa", benchmark_options=EHRCHATQA_OPTIONS, **fields)
+
+
+def local_hosts(dbs, index=None):
+    from ehrbench.benchmark import Hosts
+    from ehrbench.runtime.hosts import LocalHost
+
+    return Hosts({db: LocalHost(d) for db, d in dbs.items()}, LocalHost(index or EchoIndex()))
+
+
+def run_local_trial(task, dbs, settings=None, index=None):
     """Every attempt of one trial, in this process: the database and index behind `LocalHost`s."""
     import asyncio
 
-    from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings, run_task_trial
-    from ehrbench.runtime.hosts import LocalHost
+    from ehrbench.episode import run_task_trial
 
-    return asyncio.run(run_task_trial(task, 0, LocalHost(dbs[task.db_id]), LocalHost(index or EchoIndex()), web,
-                                      settings or TrialSettings()))
+    return asyncio.run(run_task_trial(task, 0, local_hosts(dbs, index), settings or ehrchatqa_settings()))
 
 
 class EchoIndex:

@@ -8,15 +8,14 @@ import json
 
 import pytest
 
-from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings
+from ehrbench.benchmarks.ehrchatqa.prompts import END_TOKEN
 from ehrbench.benchmarks.ehrchatqa.tasks import load_tasks
-from ehrbench.benchmarks.ehrchatqa.web_search import VocabularyWebSearch
-from ehrbench.llm.usage import MeteredModel, Price, UsageMeter
 from ehrbench.llm.registry import build_model
-from ehrbench.trial import END_TOKEN, Message
-from ehrbench.users.llm_user import LLMUser
+from ehrbench.llm.usage import MeteredModel, Price, UsageMeter
+from ehrbench.trial import Message, Turn
+from ehrbench.users.llm_user import LLMUser, UserPrompts
 
-from .conftest import TASK_DIR, run_local_trial
+from .conftest import TASK_DIR, ehrchatqa_settings, run_local_trial
 from .fake_llm_server import FakeLLMServer, Reply
 
 FAST = {"max_attempts": 3, "initial_backoff_s": 0.01, "max_backoff_s": 0.05}
@@ -31,7 +30,7 @@ def server(monkeypatch):
     s.stop()
 
 
-def settings_for(server, **overrides) -> TrialSettings:
+def settings_for(server, **overrides):
     gemini = lambda name: {"name": name, "provider": "gemini", "model": name, "base_url": server.url,  # noqa: E731
                            "retry": FAST, "price": {"input": 0.1, "output": 0.4}}
     base = dict(agent="tool_calling", user="llm", user_strategy="reflection",
@@ -40,7 +39,7 @@ def settings_for(server, **overrides) -> TrialSettings:
                 user_model=gemini("user-llm"), verifier_model=gemini("checker-llm"),
                 validator_model=gemini("validator-llm"), max_reruns=3)
     base.update(overrides)
-    return TrialSettings(**base)
+    return ehrchatqa_settings(**base)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +70,7 @@ def script_happy_conversation(server, task, validator_verdicts):
 
 def test_full_trial_agent_explores_user_refines_validator_passes_reward_computed(server, task, dbs):
     script_happy_conversation(server, task, [{"explanation": "fine", "result": "no_error"}])
-    [record] = run_local_trial(task, dbs, VocabularyWebSearch(), settings_for(server))
+    [record] = run_local_trial(task, dbs, settings_for(server))
     assert (record.termination, record.reward, record.validation["result"]) == ("user_stop", 1.0, "no_error")
     assert record.tool_calls == 3 and record.user_turns == 4
     user_texts = [m["content"] for m in record.messages if m["role"] == "user"]
@@ -89,7 +88,7 @@ def test_validator_rejection_reruns_with_the_explanation_carried_over(server, ta
     script_happy_conversation(server, task, [{"explanation": "user revealed all goals at once", "result": "user_error",
                                               "broken_rule": "gradual", "evidence": "x"},
                                              {"explanation": "fine", "result": "no_error"}])
-    records = run_local_trial(task, dbs, VocabularyWebSearch(), settings_for(server))
+    records = run_local_trial(task, dbs, settings_for(server))
     assert [(r.rerun, r.termination, r.reward) for r in records] == [(0, "rejected_by_validator", None),
                                                                     (1, "user_stop", 1.0)]
     assert not records[0].valid and records[1].valid
@@ -103,7 +102,7 @@ def test_malformed_tool_call_gets_an_error_observation_and_the_agent_goes_on(ser
     server.push(Reply(tool="sql_execute", raw_args='{"query": "SELECT'),
                 Reply(tool="sql_execute", args={"query": task.gold_sql}), Reply(text="done"), model="agent-llm")
     settings = settings_for(server, user_strategy="plain", validator_model=None)
-    [record] = run_local_trial(task, dbs, VocabularyWebSearch(), settings)
+    [record] = run_local_trial(task, dbs, settings)
     tools = [m["content"] for m in record.messages if m["role"] == "tool"]
     assert tools[0].startswith("Error: malformed tool call: tool call arguments are not valid JSON")
     assert (record.termination, record.reward) == ("user_stop", 1.0)
@@ -111,7 +110,7 @@ def test_malformed_tool_call_gets_an_error_observation_and_the_agent_goes_on(ser
 
 def test_user_api_down_is_an_infrastructure_error_not_a_graded_end(server, task, dbs):
     server.push(*[Reply(status=500)] * 3, model="user-llm")
-    [record] = run_local_trial(task, dbs, VocabularyWebSearch(), settings_for(server, user_strategy="plain"))
+    [record] = run_local_trial(task, dbs, settings_for(server, user_strategy="plain"))
     assert (record.termination, record.reward, record.valid) == ("infra_error_user", None, False)
     assert record.validation is None  # never graded, never validated
 
@@ -121,8 +120,9 @@ def test_user_reply_with_sql_or_glued_end_is_filtered_and_regenerated(server):
                 Reply(text=END_TOKEN), model="user-llm")
     meter = UsageMeter()
     cfg = {"provider": "gemini", "model": "user-llm", "base_url": server.url, "retry": FAST}
-    user = LLMUser(MeteredModel(build_model(cfg), "user", meter, Price()), "Your goal is x.", strategy="plain")
-    assert asyncio.run(user.reply([Message("assistant", "Hi! How can I help you today?")])) == END_TOKEN
+    user = LLMUser(MeteredModel(build_model(cfg), "user", meter, Price()), UserPrompts("Your goal is x."),
+                   strategy="plain")
+    assert asyncio.run(user.reply([Message("assistant", "Hi! How can I help you today?")])) == Turn(END_TOKEN, True)
     feedback = server.requests_for("user-llm")[-1].body["contents"][-1]["parts"][0]["text"]
     assert "###END### must be the whole message" in feedback
     assert meter.by_role["user"]["calls"] == 3

@@ -120,7 +120,7 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
         cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]",
                "limit_tasks=1", "trials=1", "data.dictionary=used", "runtime.max_in_flight=1",
                "model=gpt-4o", f"model.base_url={server.url}/v1", "user=gemini-2.0-flash",
-               f"+user.model.base_url={server.url}", f"+judge.model.base_url={server.url}",
+               f"+user.model.base_url={server.url}", f"+validator.model.base_url={server.url}",
                f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
                f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                f"hydra.run.dir={tmp_path / 'out'}"]

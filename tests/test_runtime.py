@@ -5,13 +5,12 @@ import time
 import pytest
 import ray
 
-from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings
 from ehrbench.benchmarks.ehrchatqa.tasks import load_task_dir
 from ehrbench.db.database import Database
 from ehrbench.db.sharding import shard_of, split_by_patient
 from ehrbench.runtime.hosts import LocalHost, PatientRouter
 
-from .conftest import TASK_DIR
+from .conftest import TASK_DIR, ehrchatqa_settings
 
 PER_PATIENT = {   # a per-patient question on each database, and a table that belongs to no patient
     "mimic_iv_star": ("SELECT COUNT(*), SUM(resultvalue) FROM labresults WHERE patientid = {p}",
@@ -98,15 +97,17 @@ def test_expired_lease_of_a_dead_client_is_given_back(ray_cluster):
 
 def test_trials_through_workers_and_user_simulator_actors(ray_cluster, tmp_path):
     """Two trial workers and two user simulator actors; every trial scores, each actor served many users."""
-    from ehrbench.runtime.runner import RuntimeOptions, build_indexes, run_trials, start_runtime, start_workers
+    from ehrbench.benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS
+    from ehrbench.config import RuntimeOptions
+    from ehrbench.runtime.runner import build_indexes, run_trials, start_runtime, start_workers
     from ehrbench.schemas import WorldSpec, build_database
 
     path = build_database("mimic_iv_star", WorldSpec(seed=0, dictionary="used"), tmp_path)   # a small index
     tasks = load_task_dir(TASK_DIR, ["mimic_iv_star"], ["incre", "adapt"])[::10]
     options = RuntimeOptions(max_in_flight=32, trial_workers=2, user_simulators=2, db_replicas=2)
     runtime = start_runtime({"mimic_iv_star": str(path)}, str(tmp_path / "vi"), options)
-    build_indexes(runtime.databases, runtime.index)
-    start_workers(runtime, TrialSettings(user_latency_s=0.05), options)
+    build_indexes(runtime.databases, runtime.index, INDEXED_COLUMNS)
+    start_workers(runtime, ehrchatqa_settings(user_latency_s=0.05), options)
     served = []
     records = []
 

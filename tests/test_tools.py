@@ -81,8 +81,11 @@ def test_web_search_answers_brand_generic_from_the_vocabulary(tools):
     assert "metoprolol tartrate" in results[0]["snippet"]
 
 
-def test_unknown_web_search_backend_is_refused_at_settings_time():
-    from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings
+def test_unknown_web_search_backend_is_refused_at_start():
+    from ehrbench import benchmarks
+    from ehrbench.llm.base import ConfigurationError
 
-    with pytest.raises(ValueError, match="benchmark.web_search='bing' is unknown; choose one of \\['vocabulary'\\]"):
-        TrialSettings(web_search="bing")
+    from .conftest import EHRCHATQA_OPTIONS
+
+    with pytest.raises(ConfigurationError, match="benchmark.web_search='bing': choose one of \\['vocabulary'\\]"):
+        benchmarks.load("ehrchatqa", {**EHRCHATQA_OPTIONS, "web_search": "bing"}).check()

@@ -1,23 +1,20 @@
 import asyncio
 
-from ehrbench.benchmarks.ehrchatqa.benchmark import run_task_trial
+from ehrbench.benchmarks.ehrchatqa.prompts import END_TOKEN
+from ehrbench.benchmarks.ehrchatqa.scripted_user import ScriptedUser
 from ehrbench.benchmarks.ehrchatqa.tasks import load_task_dir
-from ehrbench.benchmarks.ehrchatqa.web_search import VocabularyWebSearch
-from ehrbench.runtime.hosts import LocalHost
-from ehrbench.trial import END_TOKEN, InfrastructureError, Limits, Message, ToolCall, run_trial
-from ehrbench.users.scripted import ScriptedUser
+from ehrbench.episode import run_task_trial
+from ehrbench.trial import InfrastructureError, Limits, Message, ToolCall, Turn, run_trial
 
-from .conftest import TASK_DIR, EchoIndex
+from .conftest import TASK_DIR, ehrchatqa_settings, local_hosts
 
 
 def test_reference_agent_scores_every_task(dbs):
     tasks = load_task_dir(TASK_DIR, ["mimic_iv_star", "eicu_star"], ["incre", "adapt"])
-    web = VocabularyWebSearch()
-    hosts = {db: LocalHost(d) for db, d in dbs.items()}
+    hosts, settings = local_hosts(dbs), ehrchatqa_settings()
 
     async def all_trials():  # concurrently, on one event loop, as a trial worker runs them
-        return await asyncio.gather(*(run_task_trial(t, 0, hosts[t.db_id], LocalHost(EchoIndex()), web)
-                                      for t in tasks))
+        return await asyncio.gather(*(run_task_trial(t, 0, hosts, settings) for t in tasks))
     failed = [t.key for t, records in zip(tasks, asyncio.run(all_trials())) if records[-1].reward != 1.0]
     assert failed == []
 
@@ -25,9 +22,10 @@ def test_reference_agent_scores_every_task(dbs):
 def test_scripted_user_reveals_gradually_then_checks_then_ends():
     user = ScriptedUser("Your goal is to count patients. Specifically, you want diabetics. You only want women.", 1)
     turns = [asyncio.run(user.reply([])) for _ in range(5)]
-    assert turns[0] == "I need to count patients."
-    assert "###END###" not in " ".join(turns[:-1]) and turns[-1] == END_TOKEN
-    assert any("double check" in t for t in turns)
+    assert turns[0] == Turn("I need to count patients.")
+    assert not any(t.done for t in turns[:-1]) and turns[-1] == Turn(END_TOKEN, done=True)
+    assert "###END###" not in " ".join(t.text for t in turns[:-1])
+    assert any("double check" in t.text for t in turns)
 
 
 class LoopingAgent:
@@ -55,7 +53,7 @@ def test_user_failure_is_an_infrastructure_error_never_a_graded_end():
         async def reply(self, history):
             if len(history) > 1:
                 raise InfrastructureError("user API down", source="user")
-            return "hello"
+            return Turn("hello")
 
     class Talker:
         async def act(self, history):
@@ -78,16 +76,13 @@ def test_trials_await_their_model_calls_concurrently_and_meter_each(dbs):
     """20 trials whose scripted model waits 50 ms a call share one event loop: they overlap, each call is metered."""
     import time
 
-    from ehrbench.benchmarks.ehrchatqa.benchmark import TrialSettings
-
     tasks = load_task_dir(TASK_DIR, ["mimic_iv_star"], ["incre", "adapt"])[:20]
-    settings = TrialSettings(agent_latency_s=0.05, user_latency_s=0.05)
-    hosts = {db: LocalHost(d) for db, d in dbs.items()}
+    settings = ehrchatqa_settings(agent_latency_s=0.05, user_latency_s=0.05)
+    hosts = local_hosts(dbs)
 
     async def all_trials():
         start = time.monotonic()
-        done = await asyncio.gather(*(run_task_trial(t, 0, hosts[t.db_id], LocalHost(EchoIndex()),
-                                                     VocabularyWebSearch(), settings) for t in tasks))
+        done = await asyncio.gather(*(run_task_trial(t, 0, hosts, settings) for t in tasks))
         return [records[-1] for records in done], time.monotonic() - start
     records, wall = asyncio.run(all_trials())
     assert all(r.reward == 1.0 for r in records)

@@ -1,13 +1,17 @@
 """The main job: `python -m ehrbench [overrides]` runs a benchmark for k trials per task on Ray and logs to MLflow.
 
-Steps: build (or reuse) the databases, start Ray with database shards and a value-index actor, build (or reuse) the
-value indexes, start rate limiters, user simulators and trial workers, run every trial, stream each finished trial to
-MLflow as a trace and to a JSONL file, then log metrics and artifacts and print the results table.
+`evaluate` is a few named steps: check the config (typed schema, `config.py`) and build the benchmark from the
+registry; prepare its databases (built from the synthetic world, or the user's own files checked against the
+schema); start Ray with the hosted resources and the trial workers; open (or resume) the run's checkpoint and MLflow
+run; run every trial not finished yet, streaming each to disk and to MLflow; report. A SIGTERM or Ctrl-C marks the
+MLflow run KILLED (a re-run resumes it); any other failure marks it FAILED.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -16,11 +20,11 @@ import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from .benchmarks.ehrchatqa.benchmark import TrialSettings
-from .benchmarks.ehrchatqa.tasks import TaskFileError, load_task_dir
+from . import benchmarks
+from .benchmark import Benchmark, Resources, TaskFileError, TrialSettings
+from .config import RunConfig, validate
 from .llm.base import ConfigurationError
-from .metrics import curve, summarize
-from .trial import Limits, Termination, TrialRecord
+from .trial import Termination, TrialRecord
 
 log = logging.getLogger("ehrbench")
 # conf/ sits at the repository root (product layout). An absolute path makes Hydra read it as a folder from any entry
@@ -28,103 +32,45 @@ log = logging.getLogger("ehrbench")
 CONF_DIR = os.environ.get("EHRBENCH_CONF_DIR") or str(Path(__file__).resolve().parents[2] / "conf")
 
 
-def group_rewards(records: list[TrialRecord], key=lambda task_key: task_key) -> dict[str, dict[str, list[float]]]:
-    """group -> task -> rewards of valid trials; groups: 'all', '<db>', '<flow>', '<db>/<flow>'."""
-    groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        if not r.valid:
-            continue
-        db, flow, _ = r.task_key.split("/", 2)
-        for g in ("all", db, flow, f"{db}/{flow}"):
-            groups[g][r.task_key].append(r.reward)
-    return groups
+class RunInterrupted(BaseException):
+    """SIGTERM reached the driver: stop, keep what finished, mark the MLflow run KILLED."""
 
 
-def results_table(records: list[TrialRecord], tasks_by_group: dict[str, int], k: int) -> tuple[str, dict[str, float]]:
-    from rich.console import Console
-    from rich.table import Table
-
-    groups = group_rewards(records)
-    table = Table(title=f"EHR-ChatQA results over {k} trials per task (percent)")
-    for col in ("group", "tasks", f"SR-{k}", f"Pass@{k}", f"Pass^{k}", f"Gap-{k}", "incomplete"):
-        table.add_column(col, justify="right" if col != "group" else "left")
-    metrics: dict[str, float] = {}
-    for g in sorted(groups, key=lambda g: (g != "all", g.count("/"), g)):
-        rewards = dict(groups[g])
-        for missing in range(tasks_by_group.get(g, 0) - len(rewards)):
-            rewards[f"missing{missing}"] = []
-        s = summarize(rewards, k)
-        metrics.update(s.as_dict(prefix=f"{g}/" if g != "all" else ""))
-        table.add_row(g, str(s.tasks), f"{s.sr:.1f}", f"{s.pass_at:.1f}", f"{s.pass_hat:.1f}", f"{s.gap:.1f}",
-                      str(s.incomplete))
-    console = Console(file=sys.stdout, width=110)
-    with console.capture() as cap:
-        console.print(table)
-    return cap.get(), metrics
+# --- step 1: config and benchmark ---------------------------------------------------------------------------------
+def load_benchmark(conf: RunConfig) -> Benchmark:
+    bench = benchmarks.load(conf.benchmark["name"], conf.benchmark)
+    bench.check()
+    return bench
 
 
-def analysis(records: list[TrialRecord], tasks, k: int, out_dir: Path) -> tuple[dict, list[Path], dict]:
-    """Pass^k against k, SR per AdaptQA/IncreQA category, and the per-task table, as metrics and artifacts."""
-    import csv
-
-    from .tracking.plots import category_bars, pass_k_curves
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    groups = group_rewards(records)
-    ks = list(range(1, k + 1))
-    metrics: dict[str, float] = {}
-    curves = {}
-    for g in ("all", "incre", "adapt"):
-        if g in groups:
-            summaries = curve(dict(groups[g]), range(1, k + 1))
-            curves[g] = {"Pass_at_k": [s.pass_at for s in summaries], "Pass_hat_k": [s.pass_hat for s in summaries]}
-    category_of = {t.key: f"{t.task_type}: {t.category or 'uncategorized'}" for t in tasks}
-    per_category: dict[str, list[float]] = defaultdict(list)
-    rows = []
-    for t in tasks:
-        rewards = groups.get("all", {}).get(t.key, [])
-        if rewards:
-            per_category[category_of[t.key]].append(sum(rewards) / len(rewards))
-        rows.append({"task": t.key, "db": t.db_id, "flow": t.task_type, "category": t.category or "",
-                     "trials": len(rewards), "successes": sum(1 for r in rewards if r >= 1.0),
-                     "sr": round(100 * sum(rewards) / len(rewards), 2) if rewards else ""})
-    categories = {c: 100 * sum(v) / len(v) for c, v in per_category.items()}
-    for c, v in categories.items():
-        metrics[f"category/{c}/SR"] = v
-    table = out_dir / "per_task.csv"
-    with table.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["task"])
-        writer.writeheader()
-        writer.writerows(rows)
-    files = [table]
-    if curves:
-        files.append(pass_k_curves(curves, ks, out_dir / "pass_k_curve.png", "Pass@k and Pass^k against k"))
-    if categories:
-        files.append(category_bars(categories, out_dir / "categories.png", f"SR-{k} by task category"))
-    return metrics, files, curves
-
-
-def trial_settings(cfg: DictConfig) -> TrialSettings:
-    """Resolve `agent=auto` and `judge=auto`: a real model gets the tool-calling agent, an LLM user gets the validator."""
+def trial_settings(cfg: DictConfig, conf: RunConfig, bench: Benchmark) -> TrialSettings:
+    """Resolve `agent=auto` and `validator=auto`: a real model gets the model-backed agent, an LLM user the validator."""
     plain = lambda node: OmegaConf.to_container(node, resolve=True)  # noqa: E731
     scripted = cfg.model.provider == "scripted"
-    agent = cfg.agent.name if cfg.agent.name != "auto" else ("reference" if scripted else "tool_calling")
-    if agent == "tool_calling" and scripted:
-        raise ConfigurationError("agent=tool_calling needs a real model, e.g. model=gemini-2.5-flash")
-    llm_user = cfg.user.kind == "llm"
-    judged = llm_user and cfg.judge.name != "none"
-    bench = cfg.benchmark
+    model_agents = [a for a in bench.agents if a != "reference"]
+    agent = cfg.agent.name if cfg.agent.name != "auto" else ("reference" if scripted or not model_agents
+                                                             else model_agents[0])
+    if agent not in bench.agents:
+        raise ConfigurationError(f"agent={agent}: {bench.name} has the agents {list(bench.agents)}")
+    if agent != "reference" and scripted:
+        raise ConfigurationError(f"agent={agent} needs a real model, e.g. model=gemini-2.5-flash")
+    user = cfg.user.kind if "none" not in bench.users else "none"
+    if user not in bench.users:
+        raise ConfigurationError(f"user={cfg.user.name}: {bench.name} has the users {list(bench.users)}")
+    llm_user = user == "llm"
+    validated = llm_user and cfg.validator.name != "none"
+    graded = cfg.grader.name != "none"
     return TrialSettings(
-        agent=agent, user="llm" if llm_user else "scripted",
+        benchmark=bench.name, benchmark_options=conf.benchmark, agent=agent, user=user,
         agent_latency_s=cfg.model.get("latency_s", 0.0) if scripted else 0.0,
         user_latency_s=cfg.user.get("latency_s", 0.0) if not llm_user else 0.0,
         agent_model=None if agent == "reference" else plain(cfg.model),
         user_model=plain(cfg.user.model) if llm_user else None,
         user_strategy=cfg.user.get("strategy", "reflection"), user_temperature=cfg.user.get("temperature", 1.0),
-        validator_model=plain(cfg.judge.model) if judged else None,
-        validator_samples=cfg.judge.get("samples", 1), max_reruns=cfg.judge.get("max_reruns", 0) if judged else 0,
-        limits=Limits(max_steps=bench.max_steps, time_limit_s=bench.time_limit_s),
-        sql_timeout_s=bench.sql_timeout_s, web_search=bench.web_search)
+        validator_model=plain(cfg.validator.model) if validated else None,
+        validator_samples=cfg.validator.get("samples", 1),
+        max_reruns=cfg.validator.get("max_reruns", 0) if validated else 0,
+        grader_model=plain(cfg.grader.model) if graded else None, limits=conf.limits)
 
 
 def check_models(settings: TrialSettings) -> None:
@@ -135,17 +81,66 @@ def check_models(settings: TrialSettings) -> None:
         build_model(cfg)
 
 
-def usage_metrics(records: list[TrialRecord]) -> dict[str, float]:
-    """Tokens and dollars per role over every attempt (rejected ones too: they were paid for)."""
-    totals: dict[str, float] = defaultdict(float)
-    for r in records:
-        for role, row in r.usage.items():
-            for key in ("calls", "input_tokens", "output_tokens", "cached_tokens", "cost_usd"):
-                totals[f"{key}/{role}"] += row[key]
-                totals[f"{key}/all"] += row[key]
-    return dict(totals)
+def select_tasks(tasks: list, limit: int | None) -> list:
+    """`limit_tasks=N`: the first N tasks of each finest report group (EHR-ChatQA: each database and flow)."""
+    if not limit:
+        return tasks
+    kept, per = [], defaultdict(int)
+    for t in tasks:
+        finest = t.groups[-1] if t.groups else "all"
+        if per[finest] < limit:
+            per[finest] += 1
+            kept.append(t)
+    return kept
 
 
+# --- step 2: databases --------------------------------------------------------------------------------------------
+def prepare_databases(resources: Resources, conf: RunConfig) -> dict[str, str]:
+    """db id -> file: the user's own (`data.<db>.path`, schema checked) or built from the synthetic world (cached)."""
+    from .schemas import WorldSpec, build_database, check_database_file
+    from .world.generator import WorldSize
+
+    paths = {}
+    spec = WorldSpec(seed=conf.data.seed, size=WorldSize(scale=conf.data.scale), dictionary=conf.data.dictionary)
+    for db_id in resources.databases:
+        if db_id in conf.data.files:
+            check_database_file(db_id, conf.data.files[db_id])
+            paths[db_id] = conf.data.files[db_id]
+            log.info("database %s: your file %s", db_id, paths[db_id])
+        else:
+            log.info("database %s: building or reusing", db_id)
+            paths[db_id] = str(build_database(db_id, spec, Path(conf.data.root)))
+    return paths
+
+
+# --- step 3: the runtime ------------------------------------------------------------------------------------------
+def start_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, settings: TrialSettings, bench):
+    import ray
+
+    from .runtime.runner import build_indexes, start_runtime, start_workers
+
+    env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    runtime_env: dict = {"env_vars": env}
+    outside = _outside_package(bench)
+    if outside:          # a benchmark that is not part of ehrbench travels to every node with the job
+        runtime_env["py_modules"] = [outside]
+    ray.init(address=conf.address, ignore_reinit_error=True, log_to_driver=False, runtime_env=runtime_env)
+    runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=bool(resources.indexed_columns))
+    embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns)
+    settings = start_workers(runtime, settings, conf.runtime)
+    return runtime, embedded, settings
+
+
+def _outside_package(bench: Benchmark) -> str | None:
+    """The folder of a benchmark's top-level package when it is not part of ehrbench (for Ray's py_modules)."""
+    top = type(bench).__module__.split(".")[0]
+    if top == "ehrbench":
+        return None
+    module = sys.modules[top]
+    return str(Path(module.__file__).parent) if module.__file__.endswith("__init__.py") else None
+
+
+# --- step 4: the run's checkpoint and MLflow run ------------------------------------------------------------------
 def sweep_tags() -> dict[str, str]:
     """Under `-m` (Hydra multirun) every job's run carries the sweep's id, its job number and its overrides."""
     from hydra.core.hydra_config import HydraConfig
@@ -173,97 +168,129 @@ def open_checkpoint(folder: Path, resume: bool):
     return TrialStore(folder)
 
 
-def evaluate(cfg: DictConfig) -> dict[str, float]:
-    import ray
-
-    from .runtime.checkpoint import TrialStore, run_identity, task_digest
-    from .runtime.runner import RuntimeOptions, build_indexes, run_trials, start_runtime, start_workers
-    from .schemas import WorldSpec, build_database
+def open_tracker(conf: RunConfig, params: dict, run_name: str, checkpoint, identity: str):
     from .tracking.mlflow_tracker import MlflowTracker, local_store
-    from .world.generator import WorldSize
 
-    bench = cfg.benchmark
-    settings = trial_settings(cfg)
-    check_models(settings)
-    options = RuntimeOptions(**{f: cfg.runtime[f] for f in RuntimeOptions.__dataclass_fields__ if f in cfg.runtime})
-    tasks = load_task_dir(to_absolute_path(bench.task_dir), list(bench.databases), list(bench.flows))
-    identity = run_identity(OmegaConf.to_container(cfg, resolve=True), task_digest(tasks))
-    if cfg.limit_tasks:
-        kept, per = [], defaultdict(int)
-        for t in tasks:
-            if per[(t.db_id, t.task_type)] < cfg.limit_tasks:
-                per[(t.db_id, t.task_type)] += 1
-                kept.append(t)
-        tasks = kept
-    k = int(cfg.trials)
-    spec = WorldSpec(seed=cfg.data.seed, size=WorldSize(scale=cfg.data.scale), dictionary=cfg.data.dictionary)
-    paths = {}
-    for db_id in bench.databases:
-        log.info("database %s: building or reusing", db_id)
-        paths[db_id] = str(build_database(db_id, spec, Path(to_absolute_path(cfg.data.root))))
-
-    ray.init(address=cfg.runtime.address, ignore_reinit_error=True, log_to_driver=False,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    runtime = start_runtime(paths, to_absolute_path(cfg.data.index_cache), options)
-    embedded = build_indexes(runtime.databases, runtime.index)
-    settings = start_workers(runtime, settings, options)
-
-    run_name = cfg.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
-    if cfg.tracking.get("uri"):   # a tracking server keeps its own artifact store
-        store_uri, artifacts = cfg.tracking.uri, None
+    if conf.tracking.uri:   # a tracking server keeps its own artifact store
+        store_uri, artifacts = conf.tracking.uri, None
     else:
-        store_uri, artifacts = local_store(to_absolute_path(cfg.tracking.root))
-    checkpoint = open_checkpoint(Path(to_absolute_path(cfg.tracking.root)) / "runs" / identity, cfg.resume)
-    records: list[TrialRecord] = checkpoint.load()
-    done = TrialStore.finished(records)
-    if done:
-        log.info("resuming run %s: %d trials already finished", identity, len(done))
-    tracker = MlflowTracker(store_uri, cfg.tracking.experiment or bench.name, run_name,
-                            OmegaConf.to_container(cfg, resolve=True), artifact_location=artifacts,
-                            log_traces=cfg.tracking.log_traces, resume_run_id=checkpoint.run_id)
+        store_uri, artifacts = local_store(conf.tracking.root)
+    tracker = MlflowTracker(store_uri, conf.tracking.experiment or conf.benchmark["name"], run_name, params,
+                            artifact_location=artifacts, log_traces=conf.tracking.log_traces,
+                            resume_run_id=checkpoint.run_id)
     checkpoint.run_id = tracker.run.info.run_id
     tracker.set_tags({"ehrbench.run_identity": identity, **sweep_tags()})
+    return tracker, store_uri
+
+
+def describe_inputs(tracker, bench: Benchmark, tasks: list, digest: str, out_dir: Path) -> None:
+    """The task set as an MLflow dataset (name, digest, source) and the benchmark's prompts in the prompt registry."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    task_file = out_dir / "tasks.jsonl"
+    task_file.write_text("".join(json.dumps(t.to_json(), ensure_ascii=False) + "\n" for t in tasks))
+    source = bench.options.get("task_dir") or str(task_file)
+    tracker.log_dataset(f"{bench.name}-tasks", digest, source, len(tasks))
+    tracker.log_artifact(task_file)
+    tracker.register_prompts(bench.prompts())
+
+
+# --- step 5: run and report ---------------------------------------------------------------------------------------
+def usage_metrics(records: list[TrialRecord]) -> dict[str, float]:
+    """Tokens and dollars per role over every attempt (rejected ones too: they were paid for)."""
+    totals: dict[str, float] = defaultdict(float)
+    for r in records:
+        for role, row in r.usage.items():
+            for key in ("calls", "input_tokens", "output_tokens", "cached_tokens", "cost_usd"):
+                totals[f"{key}/{role}"] += row[key]
+                totals[f"{key}/all"] += row[key]
+    return dict(totals)
+
+
+def run_metrics(records: list[TrialRecord], stats, embedded: int) -> dict[str, float]:
+    valid = [r for r in records if r.valid]
+    rejected = sum(1 for r in records if r.termination == Termination.REJECTED.value)
+    return {**usage_metrics(records), "trials_valid": len(valid), "trials_rejected_by_validator": rejected,
+            "trials_infra_errors": len(records) - len(valid) - rejected,
+            "worker_failures": stats.worker_failures, "trial_resubmissions": stats.infra_retries,
+            "value_index_embedded_strings": embedded,
+            "mean_user_turns": sum(r.user_turns for r in valid) / max(1, len(valid)),
+            "mean_tool_calls": sum(r.tool_calls for r in valid) / max(1, len(valid))}
+
+
+def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: int, n_tasks: int,
+                headline: dict[str, float]) -> str:
+    scores = ", ".join(f"{name} {value:.1f}" for name, value in headline.items())
+    user = settings.user if settings.user != "llm" else f"LLM user ({cfg.user.name})"
+    return (f"{bench.name}: agent {settings.agent} with model {cfg.model.name}, user {user}; "
+            f"{n_tasks} tasks x {k} trials. Results: {scores or 'none yet'}.")
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    from .runtime.checkpoint import run_identity, task_digest
+    from .runtime.runner import run_trials
+
+    params = OmegaConf.to_container(cfg, resolve=True)
+    conf = validate(params, absolute=to_absolute_path)                               # 1. config, benchmark
+    bench = load_benchmark(conf)
+    settings = trial_settings(cfg, conf, bench)
+    check_models(settings)
+    all_tasks = bench.tasks()
+    digest = task_digest(all_tasks)
+    identity = run_identity(params, digest)
+    tasks = select_tasks(all_tasks, conf.run.limit_tasks)
+    resources = bench.resources()
+    paths = prepare_databases(resources, conf)                                       # 2. databases
+    runtime, embedded, settings = start_ray(conf, paths, resources, settings, bench)  # 3. runtime
+
+    run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
+    checkpoint = open_checkpoint(Path(conf.tracking.root) / "runs" / identity, conf.run.resume)   # 4. run
+    records: list[TrialRecord] = checkpoint.load()
+    done = checkpoint.finished(records)
+    if done:
+        log.info("resuming run %s: %d trials already finished", identity, len(done))
+    scope = checkpoint.widen_scope([t.key for t in tasks], conf.run.trials)   # never report less than before
+    tracker, store_uri = open_tracker(conf, params, run_name, checkpoint, identity)
+    reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
 
     def on_record(record: TrialRecord) -> None:
         checkpoint.append(record)  # on disk first: a crash after this line loses nothing
         records.append(record)
         tracker.log_trial(record)
 
+    def interrupted(signum, frame):
+        raise RunInterrupted(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
     try:
-        stats = run_trials(tasks, k, runtime.workers, on_record, max_in_flight=options.max_in_flight,
-                           max_attempts=options.max_attempts, skip=done)
-        wanted = {(t.key, i) for t in tasks for i in range(k)}
-        records = [r for r in records if (r.task_key, r.trial) in wanted]
-        tasks_by_group: dict[str, int] = defaultdict(int)
-        for t in tasks:
-            for g in ("all", t.db_id, t.task_type, f"{t.db_id}/{t.task_type}"):
-                tasks_by_group[g] += 1
-        text, metrics = results_table(records, tasks_by_group, k)
-        valid = [r for r in records if r.valid]
-        rejected = sum(1 for r in records if r.termination == Termination.REJECTED.value)
-        metrics.update(usage_metrics(records))
-        metrics.update({"trials_valid": len(valid), "trials_rejected_by_validator": rejected,
-                        "trials_infra_errors": len(records) - len(valid) - rejected,
-                        "worker_failures": stats.worker_failures, "trial_resubmissions": stats.infra_retries,
-                        "value_index_embedded_strings": embedded,
-                        "mean_user_turns": sum(r.user_turns for r in valid) / max(1, len(valid)),
-                        "mean_tool_calls": sum(r.tool_calls for r in valid) / max(1, len(valid))})
-        extra, files, curves = analysis(records, tasks, k, Path(to_absolute_path(cfg.tracking.root)) / "reports" /
-                                        tracker.run.info.run_id)
-        metrics.update(extra)
+        describe_inputs(tracker, bench, tasks, digest, reports)
+        stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
+                           max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,
+                           skip=done)
+        k, keys = scope
+        report_tasks = [t for t in all_tasks if t.key in set(keys)]
+        wanted = {(t.key, i) for t in report_tasks for i in range(k)}
+        reported = [r for r in records if (r.task_key, r.trial) in wanted]
+        report = bench.report(reported, report_tasks, k, reports)
+        metrics = {**report.metrics, **run_metrics(reported, stats, embedded)}
         tracker.log_metrics(metrics)
-        for group, series in curves.items():
-            for name, values in series.items():
-                tracker.log_curve(f"{group}/curve/{name}", values)
-        for f in files:
+        for name, values in report.curves.items():
+            tracker.log_curve(name, values)
+        for f in report.files:
             tracker.log_artifact(f)
         tracker.log_artifact(checkpoint.path)
-        tracker.log_text(text, "results_table.txt")
+        tracker.log_text(report.text, "results_table.txt")
+        tracker.set_description(description(bench, settings, cfg, k, len(report_tasks), report.headline))
         tracker.finish()
+    except (KeyboardInterrupt, RunInterrupted):
+        tracker.finish(status="KILLED")
+        log.error("stopped by a signal: %d trials are on disk; run the same command to resume", len(records))
+        raise SystemExit(130) from None
     except BaseException:
         tracker.finish(status="FAILED")
         raise
-    print(text)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(report.text)
     browse = store_uri if store_uri.startswith("http") else f"mlflow ui --backend-store-uri {store_uri}"
     print(f"MLflow run {tracker.run.info.run_id} in {store_uri} (browse: {browse})")
     return metrics

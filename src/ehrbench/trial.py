@@ -1,9 +1,11 @@
-"""One trial as a coroutine: `await run_trial(task, agent, user, tools, score, limits) -> TrialRecord`.
+"""One trial as a coroutine: `await run_trial(task_key, trial, agent, user, tools, score, limits) -> TrialRecord`.
 
-The user opens; the agent acts one tool call or one message per step; a user reply containing `###END###` ends the
-conversation and only then is the reward computed. Step and time limits end it with reward 0. Failures of the
-infrastructure (model API, user simulator, tools) end it with reward None and a termination reason of their own,
-so the runner re-runs the trial instead of scoring it. Nothing here knows about Ray or MLflow.
+With a simulated user (multi-turn), the user opens, the agent acts one tool call or one message per step, and the
+user says when the conversation is over (`Turn.done`); only then is the reward computed. Without one
+(single-turn), the task's question opens and the agent's first message is its answer. Step and time limits end a
+trial with reward 0. Failures of the infrastructure (model API, user simulator, tools) end it with reward None and
+a termination reason of their own, so the runner re-runs the trial instead of scoring it. Nothing here knows about
+Ray, MLflow or any benchmark.
 
 Agents, users, tools and scorers are async: a trial spends nearly all its time waiting on a model, so one process
 runs hundreds of trials at once on one event loop, and concurrency is bounded by the model provider, not by threads.
@@ -17,8 +19,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Awaitable, Callable, Protocol
 
-END_TOKEN = "###END###"
-AGENT_GREETING = "Hi! How can I help you today?"
+from .db.limits import cap_observation
 
 
 class InfrastructureError(Exception):
@@ -30,13 +31,15 @@ class InfrastructureError(Exception):
 
 
 class Termination(str, Enum):
-    USER_STOP = "user_stop"
+    USER_STOP = "user_stop"            # the simulated user ended the conversation: scored
+    ANSWERED = "answered"              # single-turn: the agent gave its answer: scored
     MAX_STEPS = "max_steps"
     TIME_LIMIT = "time_limit"
     AGENT_ERROR = "agent_error"
     INFRA_MODEL = "infra_error_model"
     INFRA_USER = "infra_error_user"
     INFRA_TOOL = "infra_error_tool"
+    INFRA_WORKER = "infra_error_worker"  # the process running the trial died (Ray reported it)
     REJECTED = "rejected_by_validator"   # the simulated user broke its rules: kept, never scored, re-run
 
     @property
@@ -70,8 +73,15 @@ class Agent(Protocol):
     async def act(self, history: list[Message]) -> Message: ...
 
 
+@dataclass(frozen=True)
+class Turn:
+    """A simulated user's reply; `done` ends the conversation (each benchmark decides how its user says so)."""
+    text: str
+    done: bool = False
+
+
 class User(Protocol):
-    async def reply(self, history: list[Message]) -> str: ...
+    async def reply(self, history: list[Message]) -> Turn: ...
 
 
 class Tools(Protocol):
@@ -80,8 +90,9 @@ class Tools(Protocol):
 
 @dataclass(frozen=True)
 class Limits:
-    max_steps: int = 30          # agent actions (tool calls and messages)
+    max_steps: int = 30                  # agent actions (tool calls and messages)
     time_limit_s: float = 600.0
+    max_observation_chars: int = 50_000  # a longer tool observation is cut, saying so
 
 
 @dataclass
@@ -102,6 +113,8 @@ class TrialRecord:
     usage: dict = field(default_factory=dict)      # role -> calls, tokens, cost_usd
     model_calls: list[dict] = field(default_factory=list)  # role, t, dt, tokens of each model call
     validation: dict | None = None                 # the simulation validator's verdict, when one ran
+    score_parts: dict = field(default_factory=dict)  # what the reward is made of (rubric leaves, F1 terms, ...)
+    assessments: list[dict] = field(default_factory=list)  # graders' decisions: name, value, source, rationale
 
     @property
     def valid(self) -> bool:
@@ -109,20 +122,33 @@ class TrialRecord:
         t = Termination(self.termination)
         return not t.is_infrastructure and t is not Termination.REJECTED
 
-    def sql_queries(self) -> list[str]:
-        return [m["tool_call"]["arguments"].get("query", "") for m in self.messages
-                if m.get("tool_call") and m["tool_call"]["name"] == "sql_execute"
+    def tool_arguments(self, name: str) -> list[dict]:
+        """The arguments of every call of tool `name`, in order (calls whose arguments were not an object skipped)."""
+        return [m["tool_call"]["arguments"] for m in self.messages
+                if m.get("tool_call") and m["tool_call"]["name"] == name
                 and isinstance(m["tool_call"]["arguments"], dict)]
 
     def agent_texts(self) -> list[str]:
         return [m["content"] for m in self.messages if m["role"] == "assistant" and m.get("content")]
 
 
-Scorer = Callable[[TrialRecord], Awaitable[float]]
+@dataclass
+class Score:
+    """A reward in [0, 1] and what it is made of."""
+    reward: float
+    parts: dict = field(default_factory=dict)
 
 
-async def run_trial(task_key: str, trial: int, agent: Agent, user: User, tools: Tools, score: Scorer,
-                    limits: Limits = Limits(), clock: Callable[[], float] = time.monotonic) -> TrialRecord:
+Scorer = Callable[[TrialRecord], Awaitable["float | Score"]]
+
+
+async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, tools: Tools, score: Scorer,
+                    limits: Limits = Limits(), opening: str | None = None, greeting: str | None = None,
+                    clock: Callable[[], float] = time.monotonic) -> TrialRecord:
+    """`user=None` is single-turn: `opening` is the first user message and the agent's first message ends it.
+    With a user, `greeting` is what the user sees before its opening turn (None: nothing)."""
+    if user is None and not opening:
+        raise ValueError("a single-turn trial (no user) needs its opening question")
     start = clock()
     history: list[Message] = []
     record = TrialRecord(task_key=task_key, trial=trial, termination=Termination.MAX_STEPS.value, reward=0.0,
@@ -141,17 +167,28 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User, tools: 
         record.tool_calls = sum(1 for m in history if m.is_tool_call)
         if termination.is_infrastructure:
             record.reward = None
-        elif termination is Termination.USER_STOP:
-            record.reward = await score(record)
+        elif termination in (Termination.USER_STOP, Termination.ANSWERED):
+            try:
+                result = await score(record)
+            except InfrastructureError as e:     # scoring needs the tools' hosts too
+                return await finish(Termination.INFRA_TOOL, f"while scoring: {e}")
+            if isinstance(result, Score):
+                record.reward, record.score_parts = result.reward, result.parts
+            else:
+                record.reward = result
         else:
             record.reward = 0.0
         return record
 
     asked = clock()
-    try:
-        history.append(timed(Message("user", await user.reply([Message("assistant", AGENT_GREETING)])), asked))
-    except InfrastructureError as e:
-        return await finish(Termination.INFRA_USER, str(e))
+    if user is None:
+        history.append(timed(Message("user", opening), asked))
+    else:
+        try:
+            first = await user.reply([Message("assistant", greeting)] if greeting else [])
+        except InfrastructureError as e:
+            return await finish(Termination.INFRA_USER, str(e))
+        history.append(timed(Message("user", first.text), asked))
     while record.steps < limits.max_steps:
         if clock() - start > limits.time_limit_s:
             return await finish(Termination.TIME_LIMIT)
@@ -171,13 +208,16 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User, tools: 
                 observation = f"Error: {call.error}" if call.error else await tools.call(call.name, call.arguments)
             except InfrastructureError as e:
                 return await finish(Termination.INFRA_TOOL, str(e))
+            observation = cap_observation(str(observation), limits.max_observation_chars)
             history.append(timed(Message("tool", observation, tool_call_id=action.tool_call.id), asked))
             continue
+        if user is None:
+            return await finish(Termination.ANSWERED)
         try:
             reply = await user.reply(history)
         except InfrastructureError as e:
             return await finish(Termination.INFRA_USER, str(e))
-        history.append(timed(Message("user", reply), asked))
-        if END_TOKEN in reply:
+        history.append(timed(Message("user", reply.text), asked))
+        if reply.done:
             return await finish(Termination.USER_STOP)
     return await finish(Termination.MAX_STEPS)

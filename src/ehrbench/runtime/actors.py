@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 
 import ray
 
-from ..benchmarks.ehrchatqa.benchmark import Conversation, TrialSettings, run_task_trial
-from ..benchmarks.ehrchatqa.tasks import Task
-from ..benchmarks.ehrchatqa.web_search import web_search_backend
+from ..benchmark import Hosts, TrialSettings
 from ..db.database import Database
 from ..db.sharding import split_by_patient
+from ..episode import Conversation, run_task_trial
 from ..llm.usage import UsageMeter
 from ..retrieval.value_index import ValueIndex
-from ..trial import InfrastructureError, TrialRecord
+from ..trial import InfrastructureError, Turn, TrialRecord
 from .hosts import ActorHost, PatientRouter
 
 
@@ -37,6 +36,7 @@ class ActorNames:
     prefix: str = field(default_factory=lambda: f"ehrbench-{uuid.uuid4().hex[:10]}")
     replicas: dict = field(default_factory=dict)    # db_id -> replicas
     users: int = 0
+    index_hosted: bool = True                       # False: the benchmark embeds nothing
 
     def database(self, db_id: str, i: int) -> str:
         return f"{self.prefix}/db/{db_id}/{i}"
@@ -49,9 +49,13 @@ class ActorNames:
         return f"{self.prefix}/user/{i}"
 
 
-@ray.remote(max_restarts=3, max_task_retries=3)
+@ray.remote(max_restarts=3, max_task_retries=0)
 class DatabaseShard:
-    """One database file: a whole-database replica, or one patient partition of it."""
+    """One database file: a whole-database replica, or one patient partition of it.
+
+    Calls are never retried by Ray: a query that failed on its merits raises `QueryError` (retrying cannot fix it),
+    and a call lost with a dead actor fails the trial's attempt as an infrastructure error, which the runner re-runs.
+    """
 
     def __init__(self, path: str, db_id: str):
         self.db = Database(path, db_id)
@@ -114,11 +118,11 @@ class UserSimulatorActor:
     def __init__(self):
         self.conversations: dict[str, Conversation] = {}
 
-    async def open(self, conversation_id: str, task: Task, settings: TrialSettings, seed: int,
+    async def open(self, conversation_id: str, task, settings: TrialSettings, seed: int,
                    mistakes: list[str]) -> None:
         self.conversations[conversation_id] = Conversation(task, settings, seed, mistakes)
 
-    async def reply(self, conversation_id: str, history) -> str:
+    async def reply(self, conversation_id: str, history) -> Turn:
         return await self.conversations[conversation_id].reply(history)
 
     async def close(self, conversation_id: str) -> UsageMeter:
@@ -135,7 +139,7 @@ class RemoteConversation:
     def __init__(self, handle, conversation_id: str):
         self.handle, self.id = handle, conversation_id
 
-    async def reply(self, history) -> str:
+    async def reply(self, history) -> Turn:
         try:
             return await self.handle.reply.remote(self.id, history)
         except (ray.exceptions.RayError, KeyError) as e:
@@ -156,7 +160,7 @@ class RemoteUsers:
         self.handles = handles
         self._turn = itertools.cycle(handles)
 
-    async def open(self, task: Task, settings: TrialSettings, seed: int, mistakes: list[str]) -> RemoteConversation:
+    async def open(self, task, settings: TrialSettings, seed: int, mistakes: list[str]) -> RemoteConversation:
         handle, conversation_id = next(self._turn), uuid.uuid4().hex
         try:
             await handle.open.remote(conversation_id, task, settings, seed, list(mistakes))
@@ -170,17 +174,15 @@ class TrialWorker:
     """Runs up to `max_concurrency` trials at once; every tool, user and model call is awaited."""
 
     def __init__(self, names: ActorNames, settings: TrialSettings):
-        self.databases = {db_id: ActorHost([ray.get_actor(names.database(db_id, i)) for i in range(n)])
-                          for db_id, n in names.replicas.items()}
-        self.index = ActorHost(ray.get_actor(names.index))
-        self.web = web_search_backend(settings.web_search)
+        self.hosts = Hosts({db_id: ActorHost([ray.get_actor(names.database(db_id, i)) for i in range(n)])
+                            for db_id, n in names.replicas.items()},
+                           ActorHost(ray.get_actor(names.index)) if names.index_hosted else None)
         self.settings = settings
         self.users = RemoteUsers([ray.get_actor(names.user(i)) for i in range(names.users)]) if names.users else None
 
-    async def run(self, task: Task, trial: int, attempt: int) -> list[TrialRecord]:
+    async def run(self, task, trial: int, attempt: int) -> list[TrialRecord]:
         """Every attempt of one trial: validator-rejected re-runs first, the final one last."""
-        records = await run_task_trial(task, trial, self.databases[task.db_id], self.index, self.web, self.settings,
-                                       self.users)
+        records = await run_task_trial(task, trial, self.hosts, self.settings, self.users)
         for record in records:
             record.attempt = attempt
         return records

@@ -1,8 +1,10 @@
 """Resume: finished trials are appended to disk as they arrive; the same command run again skips them.
 
-A run's identity is a hash of the resolved config without what cannot change a trial's outcome (tracking, runtime,
-trial count, task subset, run name) and without secrets. Its folder holds `records.jsonl` (one TrialRecord per line,
-flushed and fsynced before the next is accepted) and `mlflow_run_id`, so a resumed run logs into the same MLflow run.
+A run's identity is a hash of the resolved config itself (every value, untruncated) without what cannot change a
+trial's outcome (tracking, runtime, trial count, task subset, run name) and without secrets. Its folder holds
+`records.jsonl` (one TrialRecord per line, flushed and fsynced before the next is accepted), `mlflow_run_id`, so a
+resumed run logs into the same MLflow run, and `scope.json`: the most trials per task and every task the run has
+been asked for, so a re-run with fewer (`trials=1`, `limit_tasks=1`) still reports everything it established.
 A trial is done when its last attempt is scored or rejected by the validator; infrastructure failures run again.
 A torn last line (the process died mid-write) is ignored; nothing before it is lost.
 """
@@ -20,12 +22,20 @@ NOT_IDENTITY = ("tracking", "runtime", "trials", "limit_tasks", "run_name", "res
 _RECORD_FIELDS = {f.name for f in fields(TrialRecord)}
 
 
-def run_identity(cfg: dict, task_digest: str) -> str:
-    """Hash of what decides trial outcomes: the config (minus NOT_IDENTITY) and the task set's content."""
-    from ..tracking.mlflow_tracker import flatten
+def _without_secrets(node):
+    from ..tracking.mlflow_tracker import SECRET_KEY
 
+    if isinstance(node, dict):
+        return {k: _without_secrets(v) for k, v in node.items() if not SECRET_KEY.search(str(k))}
+    if isinstance(node, list):
+        return [_without_secrets(v) for v in node]
+    return node
+
+
+def run_identity(cfg: dict, task_digest: str) -> str:
+    """Hash of what decides trial outcomes: the config (minus NOT_IDENTITY and secrets) and the task set's content."""
     kept = {k: v for k, v in cfg.items() if k not in NOT_IDENTITY}
-    payload = json.dumps({"config": flatten(kept), "tasks": task_digest}, sort_keys=True)
+    payload = json.dumps({"config": _without_secrets(kept), "tasks": task_digest}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -60,6 +70,17 @@ class TrialStore:
         for r in records:
             last[(r.task_key, r.trial)] = r
         return {k for k, r in last.items() if r.valid or r.termination == Termination.REJECTED.value}
+
+    def widen_scope(self, task_keys: list[str], trials: int) -> tuple[int, list[str]]:
+        """Add this invocation's tasks and trial count to what the run has covered; returns the widened scope."""
+        path = self.folder / "scope.json"
+        scope = json.loads(path.read_text()) if path.exists() else {"trials": 0, "tasks": []}
+        keys = list(dict.fromkeys(scope["tasks"] + list(task_keys)))
+        k = max(int(scope["trials"]), trials)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"trials": k, "tasks": keys}))
+        os.replace(tmp, path)          # atomic: a crash leaves the old scope or the new one
+        return k, keys
 
     def append(self, record: TrialRecord) -> None:
         with self.path.open("a") as f:

@@ -3,11 +3,15 @@
 `LocalHost` wraps an in-process object (tests, in-process runs); `ActorHost` wraps Ray actor handles (one or more
 replicas of the same thing, used in turn). Both turn `host.method(*args)` into an awaitable, so `ToolSuite` and the
 scorer await the same calls in both. Schema lookups of an immutable database are memoized on the caller's side:
-every trial asks for the table list, and the answer never changes.
+every trial asks for the table list, and the answer never changes. A call lost with its actor (the actor or its
+node died) raises `InfrastructureError`, so the trial's attempt is re-run; an error the method itself raised (a
+refused query) reaches the caller as it is.
 """
 from __future__ import annotations
 
 import itertools
+
+from ..trial import InfrastructureError
 
 STATIC_METHODS = frozenset({"table_names", "column_names", "table_info"})
 
@@ -38,8 +42,15 @@ class ActorHost:
             key = (name, args, tuple(sorted(kwargs.items())))
             if name in STATIC_METHODS and key in self._memo:
                 return self._memo[key]
+            import ray
+
             handle = self._handles[next(self._turn)]
-            result = await getattr(handle, name).remote(*args, **kwargs)
+            try:
+                result = await getattr(handle, name).remote(*args, **kwargs)
+            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
+                    ray.exceptions.ObjectLostError) as e:
+                raise InfrastructureError(f"{name}() on a hosted actor failed: {type(e).__name__}"[:500],
+                                          source="tool") from None
             if name in STATIC_METHODS:
                 self._memo[key] = result
             return result

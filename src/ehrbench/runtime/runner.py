@@ -18,33 +18,14 @@ from typing import Callable
 import ray
 from tqdm import tqdm
 
-from ..benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS, TrialSettings
-from ..benchmarks.ehrchatqa.tasks import Task
-from ..llm.base import ConfigurationError
+from ..benchmark import TrialSettings
+from ..config import RuntimeOptions
 from ..trial import Termination, TrialRecord
 from .actors import (ActorNames, start_database, start_trial_workers, start_user_simulators,
                      start_value_index)
 from .rate_limits import start_rate_limiters
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RuntimeOptions:
-    """`conf/runtime/*.yaml` as plain data."""
-    max_in_flight: int = 256        # trials submitted at once
-    max_attempts: int = 3           # attempts per trial when infrastructure (worker, actor, API) fails
-    db_replicas: int = 1            # whole-database shards per database
-    trial_workers: int = 0          # TrialWorker actors; 0: one per CPU of the cluster
-    user_simulators: int = 0        # UserSimulatorActors; 0: users live inside the trial workers
-
-    def __post_init__(self):
-        least = {"max_in_flight": 1, "max_attempts": 1, "db_replicas": 1, "trial_workers": 0, "user_simulators": 0}
-        for name, low in least.items():
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < low:
-                raise ConfigurationError(f"runtime.{name}={value!r}: must be an integer of at least {low} "
-                                         f"(conf/runtime/*.yaml or the override)")
 
 
 @dataclass
@@ -58,12 +39,15 @@ class Runtime:
     limiters: dict = field(default_factory=dict)
 
 
-def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptions = RuntimeOptions()) -> Runtime:
+def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptions = RuntimeOptions(),
+                  with_index: bool = True) -> Runtime:
     """Database shards, the value index and user simulators; trial workers come once the settings are final."""
-    names = ActorNames(replicas={db_id: options.db_replicas for db_id in paths}, users=options.user_simulators)
+    names = ActorNames(replicas={db_id: options.db_replicas for db_id in paths}, users=options.user_simulators,
+                       index_hosted=with_index)
     return Runtime(names, {db_id: start_database(p, db_id, options.db_replicas, names=names)
                            for db_id, p in paths.items()},
-                   start_value_index(index_cache, names.index), users=start_user_simulators(names))
+                   start_value_index(index_cache, names.index) if with_index else None,
+                   users=start_user_simulators(names))
 
 
 def start_workers(runtime: Runtime, settings: TrialSettings, options: RuntimeOptions = RuntimeOptions()) -> \
@@ -76,9 +60,11 @@ def start_workers(runtime: Runtime, settings: TrialSettings, options: RuntimeOpt
     return settings
 
 
-def build_indexes(databases: dict[str, list], index_handle) -> int:
-    """Index every pre-indexed column of every database; returns the strings embedded (0 when all were cached)."""
-    jobs = [(db_id, t, c) for db_id in databases for t, cols in INDEXED_COLUMNS[db_id].items() for c in cols]
+def build_indexes(databases: dict[str, list], index_handle, indexed_columns: dict[str, dict[str, list[str]]]) -> int:
+    """Index every listed column (db -> table -> columns); returns the strings embedded (0 when all were cached)."""
+    if index_handle is None:
+        return 0
+    jobs = [(db_id, t, c) for db_id in databases for t, cols in indexed_columns.get(db_id, {}).items() for c in cols]
     pending = []
     for db_id, table, column in jobs:
         values = ray.get(databases[db_id][0].distinct_values.remote(table, column))
@@ -102,7 +88,7 @@ class RunStats:
     worker_failures: int = 0
 
 
-def run_trials(tasks: list[Task], trials: int, workers: list, on_record: Callable[[TrialRecord], None],
+def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[TrialRecord], None],
                max_in_flight: int = 256, max_attempts: int = 3, skip: set[tuple[str, int]] = frozenset(),
                progress: bool = True) -> RunStats:
     queue = deque((t, i, 0) for t in tasks for i in range(trials) if (t.key, i) not in skip)
@@ -118,17 +104,19 @@ def run_trials(tasks: list[Task], trials: int, workers: list, on_record: Callabl
             in_flight[ref] = (task, i, attempt, w)
             load[w] += 1
         refs = list(in_flight)
-        ray.wait(refs, num_returns=1)                                      # block until one trial is back,
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)        # then take every one that is
+        ready, _ = ray.wait(refs, num_returns=1, timeout=1.0)              # wait for one trial (a second at most:
+        if not ready:                                                      # signal handlers run between waits),
+            continue
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)        # then take every one that is back
         for ref in ready:
             task, i, attempt, w = in_flight.pop(ref)
             load[w] -= 1
             try:
                 records: list[TrialRecord] = ray.get(ref)
-            except ray.exceptions.RayError as e:  # the worker or an actor died: costs a retry, not the trial
+            except ray.exceptions.RayError as e:  # the worker died: costs a retry, not the trial
                 stats.worker_failures += 1
-                records = [TrialRecord(task.key, i, Termination.INFRA_TOOL.value, None, error=f"ray: {e}"[:500],
-                                       attempt=attempt)]
+                records = [TrialRecord(task.key, i, Termination.INFRA_WORKER.value, None,
+                                       error=f"trial worker lost: {type(e).__name__}: {e}"[:500], attempt=attempt)]
             for record in records:
                 on_record(record)
             record = records[-1]

@@ -51,3 +51,30 @@ def build_database(db_id: str, spec: WorldSpec, root: Path, force: bool = False)
     world = generate_world(spec.seed, spec.size)
     schema = SCHEMAS[db_id]
     return write_sqlite(schema.metadata(), schema.render(world, dictionary=spec.dictionary), path)
+
+
+def check_database_file(db_id: str, path: str | Path) -> None:
+    """A user's own database file must hold every table and column of `db_id`'s schema (extra ones are fine)."""
+    import sqlite3
+
+    from ..llm.base import ConfigurationError
+
+    if db_id not in SCHEMAS:
+        raise ConfigurationError(f"data.{db_id}.path: unknown database {db_id!r}; known: {sorted(SCHEMAS)}")
+    try:
+        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+        try:
+            tables = {name: {row[1] for row in conn.execute(f'PRAGMA table_info("{name}")')}
+                      for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as e:
+        raise ConfigurationError(f"data.{db_id}.path={str(path)!r}: not a readable SQLite database ({e})") from None
+    for table in SCHEMAS[db_id].metadata().sorted_tables:
+        if table.name not in tables:
+            raise ConfigurationError(f"data.{db_id}.path={str(path)!r}: table {table.name!r} is missing; the file must "
+                                     f"have the {db_id} schema (README, Bring your own database)")
+        missing = [c.name for c in table.columns if c.name not in tables[table.name]]
+        if missing:
+            raise ConfigurationError(f"data.{db_id}.path={str(path)!r}: table {table.name!r} lacks column(s) "
+                                     f"{', '.join(missing)}; the file must have the {db_id} schema")

@@ -1,9 +1,12 @@
-"""MLflow for one evaluation run: params (secrets removed), one trace per trial, metrics, artifacts.
+"""MLflow for one evaluation run: params (secrets removed), one trace per trial, metrics, artifacts, and the run's
+inputs: the task set as a dataset (name, digest, source), the benchmark's prompts in the prompt registry (a new
+version only when a template changed, every version linked to the run) and a description with the headline scores.
 
 Default store: `sqlite:///mlruns/mlflow.db` with artifacts under `mlruns/artifacts`, so `mlflow ui` pointed at
 that URI shows every run. Each trial attempt is a trace whose spans carry their real start and end times: user
 turns and agent steps, the model calls inside them (role, model, tokens), and tool calls. The rule reward and the
-simulation validator's verdict are attached to the trace as assessments (feedback), and also as tags for filtering.
+simulation validator's verdict are attached to the trace as assessments (feedback), and also as tags for filtering;
+so is every grader's decision a benchmark records (`TrialRecord.assessments`).
 """
 from __future__ import annotations
 
@@ -131,6 +134,11 @@ def log_assessments(trace_id: str, record: TrialRecord) -> None:
                             source=AssessmentSource("LLM_JUDGE", "ehrbench.simulation_validator"),
                             rationale=str(v.get("explanation") or v.get("skipped") or v.get("unparsed") or "")[:4000],
                             metadata={k: str(v[k])[:500] for k in ("broken_rule", "evidence") if k in v})
+    for a in record.assessments:
+        mlflow.log_feedback(trace_id=trace_id, name=a["name"], value=a["value"],
+                            source=AssessmentSource(a.get("source_type", "LLM_JUDGE"), a.get("source_id", "ehrbench")),
+                            rationale=str(a.get("rationale", ""))[:4000] or None,
+                            metadata={k: str(v)[:500] for k, v in (a.get("metadata") or {}).items()} or None)
 
 
 class TraceWriter(threading.Thread):
@@ -227,6 +235,35 @@ class MlflowTracker:
 
     def log_text(self, text: str, name: str) -> None:
         mlflow.log_text(text, name)
+
+    def set_description(self, text: str) -> None:
+        """The run overview's Description (MLflow's `mlflow.note.content` tag)."""
+        mlflow.set_tag("mlflow.note.content", text)
+
+    def log_dataset(self, name: str, digest: str, source: str, n_tasks: int) -> None:
+        """The task set in the run's Datasets: its name, content digest and where it was read from."""
+        import warnings
+
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+        from mlflow.data.meta_dataset import MetaDataset
+
+        with warnings.catch_warnings():      # "can be interpreted in multiple ways": a local path is local
+            warnings.simplefilter("ignore")
+            dataset = MetaDataset(source=resolve_dataset_source(str(source)), name=name, digest=digest[:36])
+        mlflow.log_input(dataset, context="evaluation", tags={"tasks": str(n_tasks)})
+
+    def register_prompts(self, prompts: dict[str, str]) -> dict[str, int]:
+        """Register each template (a new version only when it changed) and link that version to this run."""
+        client = mlflow.MlflowClient()
+        versions = {}
+        for name, template in sorted(prompts.items()):
+            latest = client.load_prompt(f"prompts:/{name}@latest", allow_missing=True, cache_ttl_seconds=0)
+            if latest is None or latest.template != template:
+                latest = mlflow.genai.register_prompt(name=name, template=template,
+                                                      commit_message="registered by ehrbench", tags={"ehrbench": "1"})
+            client.link_prompt_version_to_run(self.run.info.run_id, latest)
+            versions[name] = latest.version
+        return versions
 
     def finish(self, status: str = "FINISHED") -> None:
         try:

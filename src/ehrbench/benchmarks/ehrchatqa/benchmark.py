@@ -1,23 +1,26 @@
-"""EHR-ChatQA as a benchmark: its pre-indexed columns, how a trial is assembled, and how it is scored."""
+"""EHR-ChatQA behind the benchmark seam: its tasks, databases, pre-indexed columns, episodes, users and report."""
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
+import csv
+from collections import defaultdict
+from pathlib import Path
 
-from ...agents.reference import ReferenceAgent
 from ...agents.tool_calling import ToolCallingAgent
-from ...llm.registry import build_model, price_of
+from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TrialSettings
+from ...judges.validator import SimulationValidator, conversation_text
+from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
-from ...llm.usage import MeteredModel, UsageMeter
-from ...trial import Limits, Termination, TrialRecord, User, run_trial
-from ...users.llm_user import LLMUser
-from ...users.scripted import ScriptedUser
-from ...users.validator import USER_ERROR, SimulationValidator
-from .prompts import agent_system_prompt
+from ...llm.usage import UsageMeter
+from ...scoreboard import group_rewards, pass_k_curves, pass_k_table
+from ...trial import TrialRecord
+from ...users.llm_user import LLMUser, UserPrompts
+from .prompts import AGENT_GREETING, END_TOKEN, agent_system_prompt, mistakes_block, prompts, user_system_prompt
+from .reference_agent import ReferenceAgent
 from .scorer import adapt_reward, incre_reward
-from .tasks import Task
-from .tools import TOOL_SCHEMAS, DatabaseLike, IndexLike, ToolSuite
-from .web_search import WebSearch
+from .scripted_user import ScriptedUser
+from .tasks import DB_IDS, TASK_TYPES, Task, load_task_dir
+from .tools import TOOL_SCHEMAS, DatabaseLike, ToolSuite
+from .web_search import BACKENDS, web_search_backend
 
 # Paper appendix A.2: text columns pre-indexed for value_similarity_search.
 INDEXED_COLUMNS: dict[str, dict[str, list[str]]] = {
@@ -35,138 +38,126 @@ INDEXED_COLUMNS: dict[str, dict[str, list[str]]] = {
 }
 
 
-@dataclass(frozen=True)
-class TrialSettings:
-    """Everything a trial needs besides the task, as plain data so it travels to Ray workers."""
-    agent: str = "reference"                  # reference | tool_calling
-    user: str = "scripted"                    # scripted | llm
-    agent_latency_s: float = 0.0              # the scripted model's latency per agent step (the throughput bench)
-    user_latency_s: float = 0.0               # the scripted user's latency per turn
-    agent_model: dict | None = None           # a conf/model mapping (tool_calling)
-    user_model: dict | None = None            # a conf/model mapping (llm user)
-    user_strategy: str = "reflection"         # plain | verify | reflection
-    user_temperature: float = 1.0
-    verifier_model: dict | None = None        # verifier and reflection calls (default: the user's model)
-    validator_model: dict | None = None       # None: no simulation validator
-    validator_samples: int = 1
-    max_reruns: int = 10                      # validator re-runs per trial
-    limits: Limits = Limits()
-    sql_timeout_s: float = 60.0
-    web_search: str = "vocabulary"
-
-    def __post_init__(self):
-        from .web_search import BACKENDS
-
-        if self.agent not in AGENTS:
-            raise ValueError(f"agent={self.agent!r} is not available for ehrchatqa; choose one of {sorted(AGENTS)}")
-        if self.user not in USERS:
-            raise ValueError(f"user={self.user!r} is not available for ehrchatqa; choose one of {sorted(USERS)}")
-        if self.web_search not in BACKENDS:
-            raise ValueError(f"benchmark.web_search={self.web_search!r} is unknown; choose one of {sorted(BACKENDS)}")
-
-    def models(self) -> dict[str, dict]:
-        """The model configs in use, by field (`agent_model`, ...): the start-up key check, the rate limiters."""
-        return {name: cfg for name in ("agent_model", "user_model", "verifier_model", "validator_model")
-                if (cfg := getattr(self, name))}
-
-
-def _metered(cfg: dict, role: str, meter: UsageMeter) -> MeteredModel:
-    return MeteredModel(build_model(cfg), role, meter, price_of(cfg))
-
-
-def _reference_agent(task, s, meter, seed):
-    return ReferenceAgent(task, INDEXED_COLUMNS[task.db_id], ScriptedCall("agent", meter, s.agent_latency_s))
-
-
-def _tool_calling_agent(task, s, meter, seed):
-    return ToolCallingAgent(_metered(s.agent_model, "agent", meter), agent_system_prompt(task.db_id, task.task_type),
-                            TOOL_SCHEMAS, temperature=0.0, seed=seed)
-
-
-def _scripted_user(task, s, meter, seed, mistakes):
-    return ScriptedUser(task.instruction, seed, ScriptedCall("user", meter, s.user_latency_s))
-
-
-def _llm_user(task, s, meter, seed, mistakes):
-    checker = s.verifier_model or s.user_model
-    return LLMUser(_metered(s.user_model, "user", meter), task.instruction, strategy=s.user_strategy,
-                   verifier=_metered(checker, "verifier", meter), reflection=_metered(checker, "reflection", meter),
-                   mistakes=mistakes, temperature=s.user_temperature, seed=seed)
-
-
-AGENTS = {"reference": _reference_agent, "tool_calling": _tool_calling_agent}
-USERS = {"scripted": _scripted_user, "llm": _llm_user}
-
-
-class Conversation:
-    """One simulated user's side of one trial attempt, with the usage its model calls cost.
-
-    Opened here for in-process users; `runtime.actors.UserSimulatorActor` opens the same thing remotely and hands
-    back a proxy with the same two methods, so the trial does not care where its user lives.
-    """
-
-    def __init__(self, task: Task, settings: "TrialSettings", seed: int, mistakes: list[str]):
-        self.meter = UsageMeter()
-        self.user: User = USERS[settings.user](task, settings, self.meter, seed, mistakes)
-
-    async def reply(self, history) -> str:
-        return await self.user.reply(history)
-
-    async def close(self) -> UsageMeter:
-        return self.meter
-
-
-class LocalUsers:
-    async def open(self, task: Task, settings: "TrialSettings", seed: int, mistakes: list[str]) -> Conversation:
-        return Conversation(task, settings, seed, mistakes)
-
-
-def trial_seed(task: Task, trial: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"{task.key}#{trial}".encode()).digest()[:4], "big")
-
-
 async def score(task: Task, record: TrialRecord, db: DatabaseLike, sql_timeout_s: float = 60.0) -> float:
+    """IncreQA re-executes every sql_execute query of the trajectory; AdaptQA reads the agent's <answer>."""
     if task.task_type == "incre":
         async def rows(sql: str) -> list[tuple]:
             return (await db.execute(sql, timeout_s=sql_timeout_s, keep=100)).rows
-        return await incre_reward(record.sql_queries(), task.gold_answer, rows)
+        queries = [args.get("query", "") for args in record.tool_arguments("sql_execute")]
+        return await incre_reward(queries, task.gold_answer, rows)
     return adapt_reward(record.agent_texts(), task.gold_answer)
 
 
-async def run_task_trial(task: Task, trial: int, db: DatabaseLike, index: IndexLike, web: WebSearch,
-                         settings: TrialSettings = TrialSettings(), users=None) -> list[TrialRecord]:
-    """One trial, re-run while the simulation validator finds user errors (up to `max_reruns` times).
+class EhrChatQA(Benchmark):
+    name = "ehrchatqa"
+    agents = ("reference", "tool_calling")
+    users = ("scripted", "llm")
+    headline_metric = "SR"
 
-    Returns every attempt: rejected ones (reward None, termination `rejected_by_validator`) and the last one.
-    Each re-run's user sees the validator's explanations so far as "previous user mistakes". `users` opens the
-    simulated user's side (default: in this process; `runtime.actors.RemoteUsers` for UserSimulator actors).
-    """
-    users = users or LocalUsers()
-    indexed = INDEXED_COLUMNS[task.db_id]
-    seed = trial_seed(task, trial)
-    mistakes: list[str] = []
-    records: list[TrialRecord] = []
-    for rerun in range(settings.max_reruns + 1):
-        meter = UsageMeter()
-        tools = ToolSuite(task.db_id, db, index, web, indexed, sql_timeout_s=settings.sql_timeout_s)
-        agent = AGENTS[settings.agent](task, settings, meter, seed)
-        user = await users.open(task, settings, seed + rerun, mistakes)
-        try:
-            record = await run_trial(task.key, trial, agent, user, tools,
-                                     lambda r: score(task, r, db, settings.sql_timeout_s), settings.limits)
-        finally:
-            meter.merge(await user.close())
-        record.rerun = rerun
-        records.append(record)
-        if settings.validator_model and record.valid:
-            validator = SimulationValidator(_metered(settings.validator_model, "validator", meter),
+    def check(self) -> None:
+        o = self.options
+        for field, allowed in (("databases", DB_IDS), ("flows", TASK_TYPES)):
+            chosen = list(o.get(field) or [])
+            if not chosen or not set(chosen) <= set(allowed):
+                raise ConfigurationError(f"benchmark.{field}={chosen}: choose one or more of {list(allowed)} "
+                                         "(conf/benchmark/ehrchatqa.yaml or the override)")
+        if o.get("web_search") not in BACKENDS:
+            raise ConfigurationError(f"benchmark.web_search={o.get('web_search')!r}: choose one of {sorted(BACKENDS)}")
+        timeout = o.get("sql_timeout_s")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigurationError(f"benchmark.sql_timeout_s={timeout!r}: must be a number of seconds above 0")
+        if not Path(o.get("task_dir") or "").is_dir():
+            raise ConfigurationError(f"benchmark.task_dir={o.get('task_dir')!r}: no such folder; it must hold "
+                                     "<db_id>/eval_<flow>.jsonl (the project's are in data/tasks/ehrchatqa)")
+
+    def tasks(self) -> list[Task]:
+        return load_task_dir(self.options["task_dir"], list(self.options["databases"]), list(self.options["flows"]))
+
+    def resources(self) -> Resources:
+        dbs = tuple(self.options["databases"])
+        return Resources(databases=dbs, indexed_columns={db: INDEXED_COLUMNS[db] for db in dbs})
+
+    # --- one attempt -------------------------------------------------------------------------------------------
+    def episode(self, task: Task, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
+                seed: int) -> Episode:
+        db = hosts.databases[task.db_id]
+        timeout = float(self.options["sql_timeout_s"])
+        tools = ToolSuite(task.db_id, db, hosts.index, web_search_backend(self.options["web_search"]),
+                          INDEXED_COLUMNS[task.db_id], sql_timeout_s=timeout)
+        if settings.agent == "reference":
+            agent = ReferenceAgent(task, INDEXED_COLUMNS[task.db_id],
+                                   ScriptedCall("agent", meter, settings.agent_latency_s))
+        else:
+            agent = ToolCallingAgent(settings.model_for("agent", meter), agent_system_prompt(task.db_id, task.task_type),
+                                     TOOL_SCHEMAS, temperature=0.0, seed=seed)
+        validate = None
+        if settings.validator_model:
+            validator = SimulationValidator(settings.model_for("validator", meter), prompts()["validator_system"],
                                             settings.validator_samples)
-            record.validation = await validator.judge(task.instruction, task.gold_sql, record)
-        record.usage = meter.by_role
-        record.model_calls = [{**c, "t": round(c["t"] - record.started_at, 4)} for c in meter.calls]
-        if record.validation and record.validation.get("result") == USER_ERROR:
-            record.termination, record.reward = Termination.REJECTED.value, None
-            mistakes.append(str(record.validation.get("explanation", "")) or "the user broke a rule")
-            continue
-        break
-    return records
+
+            async def validate(record: TrialRecord) -> dict:
+                prompt = prompts()["validator_input"].format(user_system_prompt=user_system_prompt(task.instruction),
+                                                             conversation=conversation_text(record),
+                                                             gold_sql=task.gold_sql)
+                return await validator.judge(prompt, record)
+        return Episode(tools, agent, score=lambda record: score(task, record, db, timeout), greeting=AGENT_GREETING,
+                       validate=validate)
+
+    def user(self, task: Task, settings: TrialSettings, meter: UsageMeter, seed: int, mistakes: list[str]):
+        if settings.user == "scripted":
+            return ScriptedUser(task.instruction, seed, ScriptedCall("user", meter, settings.user_latency_s))
+        p = prompts()
+        return LLMUser(settings.model_for("user", meter),
+                       UserPrompts(system=user_system_prompt(task.instruction), verifier=p["verifier"],
+                                   reflection=p["reflection"], mistakes_block=mistakes_block, stop_token=END_TOKEN),
+                       strategy=settings.user_strategy, verifier=settings.model_for("verifier", meter),
+                       reflection=settings.model_for("reflection", meter), mistakes=mistakes,
+                       temperature=settings.user_temperature, seed=seed)
+
+    # --- results -----------------------------------------------------------------------------------------------
+    def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:
+        """SR-k / Pass@k / Pass^k / Gap-k by database and flow; Pass^k curves; SR by category; per-task table."""
+        from ...tracking.plots import category_bars, pass_k_curves as plot_curves
+
+        groups = group_rewards(records, tasks)
+        text, metrics = pass_k_table(groups, k, f"EHR-ChatQA results over {k} trials per task (percent)")
+        curves = pass_k_curves(groups, k, ["all", "incre", "adapt"])
+        per_category: dict[str, list[float]] = defaultdict(list)
+        rows = []
+        for t in tasks:
+            rewards = groups["all"].get(t.key, [])
+            if rewards:
+                per_category[f"{t.task_type}: {t.category or 'uncategorized'}"].append(sum(rewards) / len(rewards))
+            rows.append({"task": t.key, "db": t.db_id, "flow": t.task_type, "category": t.category or "",
+                         "trials": len(rewards), "successes": sum(1 for r in rewards if r >= 1.0),
+                         "sr": round(100 * sum(rewards) / len(rewards), 2) if rewards else ""})
+        categories = {c: 100 * sum(v) / len(v) for c, v in per_category.items()}
+        metrics.update({f"category/{c}/SR": v for c, v in categories.items()})
+        out_dir.mkdir(parents=True, exist_ok=True)
+        table = out_dir / "per_task.csv"
+        with table.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["task"])
+            writer.writeheader()
+            writer.writerows(rows)
+        files = [table]
+        if curves:
+            files.append(plot_curves(curves, list(range(1, k + 1)), out_dir / "pass_k_curve.png",
+                                     "Pass@k and Pass^k against k"))
+        if categories:
+            files.append(category_bars(categories, out_dir / "categories.png", f"SR-{k} by task category"))
+        headline = {f"SR-{k}": metrics[f"SR-{k}"], f"Pass^{k}": metrics[f"Pass_hat_{k}"]}
+        headline.update({f"{flow} SR-{k}": metrics[f"{flow}/SR-{k}"] for flow in TASK_TYPES
+                         if f"{flow}/SR-{k}" in metrics})
+        return Report(text, metrics, headline=headline, files=files,
+                      curves={f"{g}/curve/{name}": values for g, series in curves.items()
+                              for name, values in series.items()})
+
+    def prompts(self) -> dict[str, str]:
+        """The paper's prompts as this run uses them: agent system prompt per database and flow, user, validator."""
+        p = prompts()
+        out = {f"ehrchatqa.agent_system.{db}.{flow}": agent_system_prompt(db, flow)
+               for db in self.options["databases"] for flow in self.options["flows"]}
+        out.update({"ehrchatqa.user_system": p["user_system"], "ehrchatqa.user_verifier": p["verifier"],
+                    "ehrchatqa.user_reflection": p["reflection"], "ehrchatqa.validator_system": p["validator_system"],
+                    "ehrchatqa.validator_input": p["validator_input"]})
+        return out

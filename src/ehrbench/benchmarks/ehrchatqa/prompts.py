@@ -6,6 +6,9 @@ from importlib import resources
 
 import yaml
 
+END_TOKEN = "###END###"                          # the user's whole message when the conversation is over
+AGENT_GREETING = "Hi! How can I help you today?"  # what the user sees before its opening turn
+
 
 @functools.lru_cache(maxsize=None)
 def prompts() -> dict:

@@ -11,6 +11,8 @@ from typing import Awaitable, Callable, Iterable
 
 from num2words import num2words
 
+from ...trial import InfrastructureError
+
 _ANSWER_TAG = re.compile(r"<\s*answer\s*>(.*?)<\s*/\s*answer\s*>", re.I | re.S)
 _ANSWER_FENCE = re.compile(r"```\s*answer\s*\n(.*?)```", re.I | re.S)
 # Tokens that may surround gold strings in a passing answer; longest first so ".0000" goes before ".0".
@@ -57,6 +59,8 @@ async def incre_reward(queries: list[str], gold_answer: list[list],
     for sql in queries:
         try:
             rows = await execute(sql)
+        except InfrastructureError:
+            raise                      # the database host failed, not the query: the trial is re-run
         except Exception:  # noqa: BLE001 - a failing query simply earns nothing
             continue
         if result_matches(rows, gold):

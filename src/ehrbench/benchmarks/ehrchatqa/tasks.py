@@ -9,13 +9,11 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ...benchmark import TaskFileError
+
 TASK_TYPES = ("incre", "adapt")
 DB_IDS = ("mimic_iv_star", "eicu_star")
 FILE_FOR_TYPE = {"incre": "eval_incre.jsonl", "adapt": "eval_adapt.jsonl"}
-
-
-class TaskFileError(ValueError):
-    """A task file that cannot be used; the message names the file, the task and the field, and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +30,11 @@ class Task:
     def key(self) -> str:
         """Unique across databases and flows (task ids repeat across files in the original)."""
         return f"{self.db_id}/{self.task_type}/{self.task_id}"
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Report axes, coarse to fine: the database, the flow, both."""
+        return (self.db_id, self.task_type, f"{self.db_id}/{self.task_type}")
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ...db.database import QueryError, QueryResult
+from ...db.limits import QueryError, QueryResult
 from .web_search import WebSearch
 
 

@@ -1,4 +1,4 @@
-"""The scripted user of the offline default: deterministic, follows the instruction, never sees the database.
+"""EHR-ChatQA's scripted user, the offline default: deterministic, follows the instruction, never sees the database.
 
 It opens with the instruction's broad goal, reveals the remaining constraints one or two sentences per turn
 (seeded by the trial index, so trials differ in pacing like the paper's stochastic user), asks the agent to double
@@ -9,8 +9,9 @@ from __future__ import annotations
 import random
 import re
 
-from ..llm.scripted import ScriptedCall
-from ..trial import END_TOKEN, Message
+from ...llm.scripted import ScriptedCall
+from ...trial import Message, Turn
+from .prompts import END_TOKEN
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 _PRONOUNS = [(r"\bYour goal is to\b", "I need to"), (r"\byou are\b", "I am"), (r"\byou do\b", "I do"),
@@ -39,15 +40,15 @@ class ScriptedUser:
         self.revealed = 0
         self.checked = False
 
-    async def reply(self, history: list[Message]) -> str:
+    async def reply(self, history: list[Message]) -> Turn:
         if self.think:
             await self.think()
         if self.revealed < len(self.chunks):
             n = 1 if self.revealed == 0 else self.rng.choice([1, 1, 2])
             text = " ".join(self.chunks[self.revealed:self.revealed + n])
             self.revealed += n
-            return text
+            return Turn(text)
         if not self.checked:
             self.checked = True
-            return DOUBLE_CHECK
-        return END_TOKEN
+            return Turn(DOUBLE_CHECK)
+        return Turn(END_TOKEN, done=True)

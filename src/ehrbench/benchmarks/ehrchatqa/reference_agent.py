@@ -1,4 +1,4 @@
-"""The reference agent: an oracle that knows the task's gold SQL, used as the harness's self-check.
+"""EHR-ChatQA's reference agent: an oracle that knows the task's gold SQL, used as the harness's self-check.
 
 It behaves like a careful agent would (lists tables, reads the schemas of the tables the query touches, looks up
 the stored values the query compares against, then answers each user turn with a fresh `sql_execute`), but the
@@ -13,9 +13,9 @@ from functools import lru_cache
 import sqlglot
 from sqlglot import exp
 
-from ..benchmarks.ehrchatqa.scorer import render_answer
-from ..llm.scripted import ScriptedCall
-from ..trial import Message, ToolCall
+from ...llm.scripted import ScriptedCall
+from ...trial import Message, ToolCall
+from .scorer import render_answer
 
 
 def plan_exploration(sql: str, indexed: dict[str, list[str]], max_values: int = 2) -> list[ToolCall]:

@@ -1,0 +1,147 @@
+"""The benchmark seam: what every benchmark gives the spine, and what the spine gives it.
+
+A benchmark is one package under `benchmarks/<name>/` with a `Benchmark` subclass, one `conf/benchmark/<name>.yaml`
+and one line in the registry (`benchmarks/__init__.py`); or any importable class named by `benchmark.entry` in its
+conf. The spine (driver, Ray actors, tracker) only ever holds the benchmark's *name and options*: each process
+builds its own instance from them (`benchmarks.load`), so nothing but plain data crosses the wire.
+
+What a benchmark says:
+- `tasks()`: its tasks (anything with a `key`, report `groups` ordered coarse to fine, and `to_json()`);
+- `resources()`: the world's database renderings it queries and the text columns to embed for similarity search,
+  which the runtime hosts as Ray actors (`DatabaseShard`, `ValueIndexActor`) and hands back as `Hosts`;
+- `episode(...)`: one attempt at one task, built on the trial worker: tools, agent, how to score, optional opening
+  question (single-turn) or greeting, optional simulation validator;
+- `user(...)`: the simulated user of a multi-turn benchmark (None: single-turn), built wherever users live;
+- `report(...)`: its own metrics, tables and plots from the finished records;
+- `prompts()`: the prompt templates a run uses (registered in MLflow's prompt registry).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Protocol
+
+from .llm.usage import MeteredModel, UsageMeter
+from .trial import Agent, Limits, Scorer, Tools, TrialRecord, User
+
+
+class TaskFileError(ValueError):
+    """A task file that cannot be used; the message names the file, the task and the field, and how to fix it."""
+
+
+class Task(Protocol):
+    @property
+    def key(self) -> str: ...              # unique within the benchmark
+    @property
+    def groups(self) -> tuple[str, ...]: ...   # report axes, coarse to fine ("mimic_iv_star", "incre", ...)
+    def to_json(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the runtime hosts for a benchmark: database renderings of the world and the columns to embed."""
+    databases: tuple[str, ...] = ()                              # db ids (`schemas.SCHEMAS`)
+    indexed_columns: dict[str, dict[str, list[str]]] = field(default_factory=dict)   # db -> table -> columns
+
+
+@dataclass
+class Hosts:
+    """Where a trial reaches the hosted resources (async hosts: actors on a cluster, objects in tests)."""
+    databases: dict[str, Any]
+    index: Any = None
+
+
+@dataclass
+class Episode:
+    """One attempt at one task, built on the worker that runs it."""
+    tools: Tools
+    agent: Agent
+    score: Scorer
+    opening: str | None = None       # single-turn: the question; the agent's first message is its answer
+    greeting: str | None = None      # multi-turn: what the user sees before its opening turn
+    validate: Callable[[TrialRecord], Awaitable[dict]] | None = None   # the simulation validator's verdict
+
+
+@dataclass
+class Report:
+    """A benchmark's results: the table printed and logged, metrics, curves (metric over k) and files."""
+    text: str
+    metrics: dict[str, float]
+    headline: dict[str, float] = field(default_factory=dict)     # a few numbers for the run's description
+    curves: dict[str, list[float]] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """Everything a trial needs besides the task, as plain data so it travels to Ray workers."""
+    benchmark: str = "ehrchatqa"              # registry name
+    benchmark_options: dict = field(default_factory=dict)   # conf/benchmark as plain data
+    agent: str = "reference"                  # one of the benchmark's `agents`
+    user: str = "scripted"                    # one of the benchmark's `users`; "none" for single-turn
+    agent_latency_s: float = 0.0              # the scripted model's latency per agent step (the throughput bench)
+    user_latency_s: float = 0.0               # the scripted user's latency per turn
+    agent_model: dict | None = None           # a conf/model mapping (model-backed agents)
+    user_model: dict | None = None            # a conf/model mapping (LLM users)
+    user_strategy: str = "reflection"         # plain | verify | reflection
+    user_temperature: float = 1.0
+    verifier_model: dict | None = None        # the LLM user's verifier and reflection (default: the user's model)
+    validator_model: dict | None = None       # None: no simulation validator
+    validator_samples: int = 1
+    max_reruns: int = 10                      # validator re-runs per trial
+    grader_model: dict | None = None          # model-backed graders (rubrics), for benchmarks that have them
+    limits: Limits = Limits()
+
+    def models(self) -> dict[str, dict]:
+        """The model configs in use, by field (`agent_model`, ...): the start-up key check, the rate limiters."""
+        return {name: cfg for name in ("agent_model", "user_model", "verifier_model", "validator_model",
+                                       "grader_model") if (cfg := getattr(self, name))}
+
+    def model_for(self, role: str, meter: UsageMeter) -> MeteredModel:
+        """A metered client for `role` (agent, user, verifier, reflection, validator, grader)."""
+        from .llm.registry import build_model, price_of
+
+        cfg = {"agent": self.agent_model, "user": self.user_model, "validator": self.validator_model,
+               "grader": self.grader_model, "verifier": self.verifier_model or self.user_model,
+               "reflection": self.verifier_model or self.user_model}[role]
+        if cfg is None:
+            raise ValueError(f"no model configured for the {role} role")
+        return MeteredModel(build_model(cfg), role, meter, price_of(cfg))
+
+    def with_options(self, **options) -> "TrialSettings":
+        return replace(self, benchmark_options={**self.benchmark_options, **options})
+
+
+class Benchmark:
+    """Base class of every benchmark; see the module docstring for what each method is for."""
+    name: str = ""
+    agents: tuple[str, ...] = ("reference",)   # `agent=` choices; "reference" is the oracle that must score 100
+    users: tuple[str, ...] = ("none",)         # `user=` choices ("none": single-turn)
+    headline_metric: str = ""                  # the metric named in the run's description
+
+    def __init__(self, options: dict):
+        self.options = dict(options)
+
+    def check(self) -> None:
+        """Validate the options at start; raise `ConfigurationError` naming field and fix."""
+
+    def tasks(self) -> list[Task]:
+        raise NotImplementedError
+
+    def resources(self) -> Resources:
+        return Resources()
+
+    def episode(self, task, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
+                seed: int) -> Episode:
+        raise NotImplementedError
+
+    def user(self, task, settings: TrialSettings, meter: UsageMeter, seed: int, mistakes: list[str]) -> User | None:
+        return None
+
+    def report(self, records: list[TrialRecord], tasks: list, k: int, out_dir: Path) -> Report:
+        from .scoreboard import pass_k_report
+
+        return pass_k_report(records, tasks, k, f"{self.name} results over {k} trials per task (percent)")
+
+    def prompts(self) -> dict[str, str]:
+        return {}

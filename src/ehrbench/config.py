@@ -1,0 +1,182 @@
+"""The typed schema of a run's config: every option's type and range, checked once, at start, before any work.
+
+Hydra composes the config; `validate(cfg)` turns it into typed, checked options or stops with one line naming the
+field, the value and the fix (`ehrbench: trials=0: must be an integer of at least 1 (conf/config.yaml or the
+override)`), so a mistyped override can never start a build or touch a finished run. Each section is a frozen
+dataclass whose fields carry their rule (`rule(int, low=1)`); `__post_init__` applies them. A benchmark's own
+options (databases, flows, ...) are checked by the benchmark (`Benchmark.check`); model configs by the model
+registry.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .llm.base import ConfigurationError
+from .trial import Limits
+
+_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def rule(kind: type, low: float | None = None, above: float | None = None, choices: tuple | None = None,
+         nullable: bool = False) -> dict:
+    return {"kind": kind, "low": low, "above": above, "choices": choices, "nullable": nullable}
+
+
+def _fits(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
+def _check(obj, section: str, where: str) -> None:
+    for f in fields(obj):
+        r = f.metadata
+        if not r:
+            continue
+        value = getattr(obj, f.name)
+        name = f"{section}.{f.name}" if section else f.name
+        if value is None and r["nullable"]:
+            continue
+        need = _KINDS[r["kind"]]
+        if r["low"] is not None:
+            need += f" of at least {r['low']:g}"
+        if r["above"] is not None:
+            need += f" above {r['above']:g}"
+        if r["choices"]:
+            need = f"one of {list(r['choices'])}"
+        if r["nullable"]:
+            need += " (or null)"
+        ok = _fits(value, r["kind"]) and (r["low"] is None or value >= r["low"]) and \
+            (r["above"] is None or value > r["above"]) and (not r["choices"] or value in r["choices"])
+        if not ok:
+            raise ConfigurationError(f"{name}={value!r}: must be {need} ({where} or the override)")
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """`conf/runtime/*.yaml`: the actors of a run and how many trials are in flight."""
+    max_in_flight: int = field(default=256, metadata=rule(int, low=1))     # trials submitted at once
+    max_attempts: int = field(default=3, metadata=rule(int, low=1))        # attempts per trial on infrastructure errors
+    db_replicas: int = field(default=1, metadata=rule(int, low=1))         # whole-database shards per database
+    trial_workers: int = field(default=0, metadata=rule(int, low=0))       # 0: one per CPU of the cluster
+    user_simulators: int = field(default=0, metadata=rule(int, low=0))     # 0: users live inside the trial workers
+
+    def __post_init__(self):
+        _check(self, "runtime", "conf/runtime/*.yaml")
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """`conf/data/*.yaml`: the synthetic world, where built files go, and user-supplied database files."""
+    seed: int = field(default=0, metadata=rule(int, low=0))
+    scale: float = field(default=1.0, metadata=rule(float, above=0))
+    dictionary: str = field(default="full", metadata=rule(str, choices=("full", "used")))
+    root: str = "data/generated"
+    index_cache: str = "data/generated/value_index"
+    files: dict = field(default_factory=dict)      # db id -> a user's own database file (`data.<db>.path`)
+
+    def __post_init__(self):
+        _check(self, "data", "conf/data/*.yaml")
+        for db_id, path in self.files.items():
+            if not Path(path).is_file():
+                raise ConfigurationError(f"data.{db_id}.path={path!r}: no such file; point it at an SQLite file with "
+                                         f"the {db_id} schema, or set it to null to use the synthetic world")
+
+
+@dataclass(frozen=True)
+class TrackingOptions:
+    """`conf/tracking/*.yaml`: where runs, traces and checkpoints go."""
+    root: str = "mlruns"
+    uri: str | None = field(default=None, metadata=rule(str, nullable=True))
+    experiment: str | None = field(default=None, metadata=rule(str, nullable=True))
+    log_traces: bool = field(default=True, metadata=rule(bool))
+
+    def __post_init__(self):
+        _check(self, "tracking", "conf/tracking/*.yaml")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`conf/config.yaml`: how many trials, which tasks, resume."""
+    trials: int = field(default=5, metadata=rule(int, low=1))
+    limit_tasks: int | None = field(default=None, metadata=rule(int, low=1, nullable=True))
+    resume: bool = field(default=True, metadata=rule(bool))
+    run_name: str | None = field(default=None, metadata=rule(str, nullable=True))
+
+    def __post_init__(self):
+        _check(self, "", "conf/config.yaml")
+
+
+@dataclass(frozen=True)
+class TrialLimits:
+    """The generic limits every benchmark conf carries."""
+    max_steps: int = field(default=30, metadata=rule(int, low=1))
+    time_limit_s: float = field(default=600.0, metadata=rule(float, above=0))
+    max_observation_chars: int = field(default=50_000, metadata=rule(int, low=100))
+
+    def __post_init__(self):
+        _check(self, "benchmark", "conf/benchmark/*.yaml")
+
+    def limits(self) -> Limits:
+        return Limits(self.max_steps, float(self.time_limit_s), self.max_observation_chars)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    run: RunOptions
+    benchmark: dict            # conf/benchmark as plain data, paths made absolute
+    limits: Limits
+    data: DataOptions
+    runtime: RuntimeOptions
+    address: str | None        # the Ray cluster to join (None: start one)
+    tracking: TrackingOptions
+
+
+def _section(cls, node: dict, section: str):
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in node.items() if k in names})
+
+
+def _writable_dir(name: str, path: str) -> None:
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        probe = Path(path) / f".ehrbench-write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigurationError(f"{name}={path!r}: cannot create or write this folder ({e.strerror or e}); "
+                                 "choose a folder you can write") from None
+
+
+def validate(cfg: dict, absolute=lambda p: str(Path(p).resolve())) -> RunConfig:
+    """Check every option of the resolved config (a plain dict); `absolute` resolves paths (Hydra's original cwd)."""
+    run = _section(RunOptions, cfg, "")
+    bench = dict(cfg.get("benchmark") or {})
+    if not isinstance(bench.get("name"), str) or not bench["name"]:
+        raise ConfigurationError("benchmark.name is missing: choose a benchmark, e.g. benchmark=ehrchatqa")
+    limits = _section(TrialLimits, bench, "benchmark").limits()
+    for key in ("task_dir",):
+        if isinstance(bench.get(key), str):
+            bench[key] = absolute(bench[key])
+    data_node = dict(cfg.get("data") or {})
+    files = {k: absolute(v["path"]) for k, v in data_node.items()
+             if isinstance(v, dict) and v.get("path") is not None}
+    for k, v in data_node.items():
+        if isinstance(v, dict) and "path" in v and v["path"] is not None and not isinstance(v["path"], str):
+            raise ConfigurationError(f"data.{k}.path={v['path']!r}: must be a file path (or null)")
+    data = _section(DataOptions, {**data_node, "files": files}, "data")
+    runtime_node = dict(cfg.get("runtime") or {})
+    runtime = _section(RuntimeOptions, runtime_node, "runtime")
+    tracking = _section(TrackingOptions, dict(cfg.get("tracking") or {}), "tracking")
+    data = DataOptions(data.seed, data.scale, data.dictionary, absolute(data.root), absolute(data.index_cache),
+                       data.files)
+    tracking = TrackingOptions(absolute(tracking.root), tracking.uri, tracking.experiment, tracking.log_traces)
+    for name, path in (("tracking.root", tracking.root), ("data.root", data.root),
+                       ("data.index_cache", data.index_cache)):
+        _writable_dir(name, path)
+    return RunConfig(run, bench, limits, data, runtime, runtime_node.get("address"), tracking)

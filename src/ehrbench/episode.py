@@ -1,0 +1,74 @@
+"""One trial of one task for any benchmark: an episode per attempt, re-run while the simulation validator rejects it.
+
+`run_task_trial` asks the benchmark for an episode (tools, agent, scorer) and a user, runs `trial.run_trial`, meters
+every model call by role, and when the benchmark has a simulation validator and it finds a user error, keeps that
+attempt as `rejected_by_validator` and runs again with the validator's explanations as "previous user mistakes".
+Users live in this process (`LocalUsers`) or in UserSimulator actors (`runtime.actors.RemoteUsers`); both open a
+`Conversation` from the same plain data, so the trial does not care where its user lives.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from . import benchmarks
+from .benchmark import Hosts, TrialSettings
+from .llm.usage import UsageMeter
+from .trial import Termination, Turn, TrialRecord, run_trial
+
+USER_ERROR = "user_error"    # the validator's verdict that the simulated user broke its rules
+
+
+class Conversation:
+    """One simulated user's side of one trial attempt, with the usage its model calls cost."""
+
+    def __init__(self, task, settings: TrialSettings, seed: int, mistakes: list[str]):
+        self.meter = UsageMeter()
+        bench = benchmarks.load(settings.benchmark, settings.benchmark_options)
+        self.user = bench.user(task, settings, self.meter, seed, mistakes)
+
+    async def reply(self, history) -> Turn:
+        return await self.user.reply(history)
+
+    async def close(self) -> UsageMeter:
+        return self.meter
+
+
+class LocalUsers:
+    async def open(self, task, settings: TrialSettings, seed: int, mistakes: list[str]) -> Conversation | None:
+        conversation = Conversation(task, settings, seed, mistakes)
+        return conversation if conversation.user is not None else None
+
+
+def trial_seed(task_key: str, trial: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{task_key}#{trial}".encode()).digest()[:4], "big")
+
+
+async def run_task_trial(task, trial: int, hosts: Hosts, settings: TrialSettings, users=None) -> list[TrialRecord]:
+    """Every attempt of one trial: validator-rejected re-runs first (reward None), the final one last."""
+    bench = benchmarks.load(settings.benchmark, settings.benchmark_options)
+    users = users or LocalUsers()
+    seed = trial_seed(task.key, trial)
+    mistakes: list[str] = []
+    records: list[TrialRecord] = []
+    for rerun in range(settings.max_reruns + 1):
+        meter = UsageMeter()
+        episode = bench.episode(task, trial, hosts, settings, meter, seed)
+        user = await users.open(task, settings, seed + rerun, mistakes) if settings.user != "none" else None
+        try:
+            record = await run_trial(task.key, trial, episode.agent, user, episode.tools, episode.score,
+                                     settings.limits, opening=episode.opening, greeting=episode.greeting)
+        finally:
+            if user is not None:
+                meter.merge(await user.close())
+        record.rerun = rerun
+        records.append(record)
+        if episode.validate and record.valid:
+            record.validation = await episode.validate(record)
+        record.usage = meter.by_role
+        record.model_calls = [{**c, "t": round(c["t"] - record.started_at, 4)} for c in meter.calls]
+        if record.validation and record.validation.get("result") == USER_ERROR:
+            record.termination, record.reward = Termination.REJECTED.value, None
+            mistakes.append(str(record.validation.get("explanation", "")) or "the user broke a rule")
+            continue
+        break
+    return records
