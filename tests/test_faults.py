@@ -127,3 +127,22 @@ def test_mlflow_server_down_fails_loudly_with_nothing_lost_and_a_rerun_completes
         assert run.data.metrics["trials_valid"] == 4 * 12 * 2 and run.data.metrics["SR-2"] == 100.0
     finally:
         _stop(server)
+
+
+def test_sigterm_marks_the_run_killed_and_a_rerun_resumes_it_to_finished(ray_cluster, tmp_path):
+    cmd = _main_job(tmp_path, ray_cluster, "limit_tasks=15")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_records(tmp_path, 10, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "stopped by a signal" in out + err
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+    assert run.info.status == "KILLED"
+    stopped = len(_records(tmp_path))
+    assert 10 <= stopped < 4 * 15 * 2
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [again] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+    assert again.data.metrics["trials_valid"] == 4 * 15 * 2

@@ -1,4 +1,5 @@
 """The main job end to end through Hydra, against the session's Ray cluster, into a real MLflow sqlite store."""
+import json
 import os
 import subprocess
 import sys
@@ -42,7 +43,26 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path):
         steps = {s.span_id for s in spans if s.name in ("agent step", "user turn")}
         assert all(s.parent_id in steps for s in spans if s.span_type == "CHAT_MODEL")   # calls inside their turn
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
-    assert {"results_table.txt", "records.jsonl", "per_task.csv", "pass_k_curve.png", "categories.png"} <= artifacts
+    assert {"results_table.txt", "records.jsonl", "per_task.csv", "pass_k_curve.png", "categories.png",
+            "tasks.jsonl"} <= artifacts
+    # the run's inputs: the task set as a dataset, the prompts in the registry, a description with the scores
+    from ehrbench.benchmarks.ehrchatqa.tasks import load_task_dir
+    from ehrbench.runtime.checkpoint import task_digest
+
+    from .conftest import TASK_DIR
+
+    [dataset] = run.inputs.dataset_inputs
+    all_tasks = load_task_dir(TASK_DIR, ["mimic_iv_star", "eicu_star"], ["incre", "adapt"])
+    assert (dataset.dataset.name, dataset.dataset.digest) == ("ehrchatqa-tasks", task_digest(all_tasks))
+    assert str(TASK_DIR) in dataset.dataset.source
+    linked = {p["name"] for p in json.loads(run.data.tags["mlflow.linkedPrompts"])}
+    assert {"ehrchatqa.agent_system.mimic_iv_star.incre", "ehrchatqa.agent_system.eicu_star.adapt",
+            "ehrchatqa.user_system", "ehrchatqa.validator_input"} <= linked
+    prompt = mlflow.MlflowClient().load_prompt("prompts:/ehrchatqa.user_system@latest")
+    assert "{user_instruction}" in prompt.template or "{{user_instruction}}" in prompt.template
+    note = run.data.tags["mlflow.note.content"]
+    assert note.startswith("ehrchatqa: agent reference with model scripted, user scripted; 8 tasks x 3 trials.")
+    assert "SR-3 100.0" in note and "adapt SR-3 100.0" in note
 
 
 def test_bad_override_fails_before_any_work(tmp_path):
@@ -170,6 +190,9 @@ def test_rerunning_the_same_command_resumes_without_repeating_or_losing_trials(r
     [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")   # one run, resumed
     assert run.data.tags["ehrbench.resumed"] == "true" and run.data.metrics["trials_valid"] == 16
     assert run.data.metrics["SR-2"] == 100.0 and run.data.metrics["tasks"] == 8
+    assert run.info.status == "FINISHED"
+    prompt = mlflow.MlflowClient().load_prompt("prompts:/ehrchatqa.user_system@latest")
+    assert prompt.version == 1                       # registered once: an unchanged template is not a new version
 
 
 def test_checkpoint_ignores_a_torn_last_line(tmp_path):

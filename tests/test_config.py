@@ -1,0 +1,104 @@
+"""Every option is checked at start against the typed schema (config.py); a mistyped one never touches a run."""
+import os
+import subprocess
+import sys
+
+import mlflow
+import pytest
+
+from .conftest import ROOT
+
+
+def composed(*overrides: str) -> dict:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return OmegaConf.to_container(compose("config", overrides=list(overrides)), resolve=True)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trials=0", "trials=0: must be an integer of at least 1 (conf/config.yaml or the override)"),
+    ("limit_tasks=-1", "limit_tasks=-1: must be an integer of at least 1 (or null) (conf/config.yaml or the override)"),
+    ("data.seed=notanint", "data.seed='notanint': must be an integer of at least 0 (conf/data/*.yaml or the override)"),
+    ("data.scale=0", "data.scale=0: must be a number above 0 (conf/data/*.yaml or the override)"),
+    ("data.dictionary=some", "data.dictionary='some': must be one of ['full', 'used'] (conf/data/*.yaml or the override)"),
+    ("benchmark.max_steps=0", "benchmark.max_steps=0: must be an integer of at least 1 (conf/benchmark/*.yaml or the override)"),
+    ("resume=maybe", "resume='maybe': must be true or false (conf/config.yaml or the override)"),
+    ("tracking.log_traces=3", "tracking.log_traces=3: must be true or false (conf/tracking/*.yaml or the override)"),
+    ("runtime.db_replicas=0", "runtime.db_replicas=0: must be an integer of at least 1 (conf/runtime/*.yaml or the override)"),
+    ("data.mimic_iv_star.path=/no/such.sqlite", "data.mimic_iv_star.path='/no/such.sqlite': no such file; point it at"),
+])
+def test_each_bad_option_is_named_with_its_fix(tmp_path, override, message):
+    from ehrbench.config import validate
+    from ehrbench.llm.base import ConfigurationError
+
+    cfg = composed(override, f"tracking.root={tmp_path / 'm'}", f"data.root={tmp_path / 'g'}",
+                   f"data.index_cache={tmp_path / 'g' / 'vi'}")
+    with pytest.raises(ConfigurationError) as e:
+        validate(cfg)
+    assert str(e.value).startswith(message)
+
+
+def test_an_unwritable_folder_is_named():
+    from ehrbench.config import validate
+    from ehrbench.llm.base import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"tracking.root='/proc/forbidden': cannot create or write this folder"):
+        validate(composed("tracking.root=/proc/forbidden"))
+
+
+def test_good_options_come_back_typed(tmp_path):
+    from ehrbench.config import validate
+
+    conf = validate(composed("trials=3", "limit_tasks=2", f"tracking.root={tmp_path / 'm'}",
+                             f"data.root={tmp_path / 'g'}", f"data.index_cache={tmp_path / 'g' / 'vi'}"))
+    assert (conf.run.trials, conf.run.limit_tasks, conf.limits.max_steps, conf.runtime.max_in_flight) == (3, 2, 30, 256)
+    assert conf.benchmark["task_dir"] == str(ROOT / "data" / "tasks" / "ehrchatqa")     # made absolute
+
+
+def _job(tmp_path, cluster, *extra):
+    return [sys.executable, "-m", "ehrbench", "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]",
+            "data.dictionary=used", f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
+            f"tracking.root={tmp_path / 'mlruns'}", f"runtime.address={cluster.address}",
+            "tracking.log_traces=false", f"hydra.run.dir={tmp_path / 'out'}", *extra]
+
+
+def _the_run(tmp_path):
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+    return run
+
+
+def test_mistyped_or_smaller_reruns_never_touch_a_finished_run(ray_cluster, tmp_path):
+    out = subprocess.run(_job(tmp_path, ray_cluster, "trials=2", "limit_tasks=2"), cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    finished = _the_run(tmp_path)
+    assert finished.data.metrics["trials_valid"] == 4 and finished.data.metrics["SR-2"] == 100.0
+
+    for bad, line in (("trials=0", "ehrbench: trials=0: must be an integer of at least 1"),
+                      ("limit_tasks=-1", "ehrbench: limit_tasks=-1: must be an integer of at least 1"),
+                      ("data.seed=notanint", "ehrbench: data.seed='notanint': must be an integer of at least 0")):
+        out = subprocess.run(_job(tmp_path, ray_cluster, "trials=2", "limit_tasks=2", bad), cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(line), out.stderr[-2000:]
+        assert "Traceback" not in out.stderr
+    # a smaller re-run of the same identity does nothing new and reports everything the run established
+    out = subprocess.run(_job(tmp_path, ray_cluster, "trials=1", "limit_tasks=1"), cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "over 2 trials per task" in out.stdout
+    after = _the_run(tmp_path)
+    assert after.info.run_id == finished.info.run_id and after.info.status == "FINISHED"
+    assert {k: after.data.metrics[k] for k in ("trials_valid", "SR-2", "tasks", "Pass_hat_2")} == \
+        {k: finished.data.metrics[k] for k in ("trials_valid", "SR-2", "tasks", "Pass_hat_2")}
+
+
+def test_an_unregistered_benchmark_is_refused_with_the_known_ones(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "ehrbench", "benchmark.name=nope", f"hydra.run.dir={tmp_path}",
+                          f"tracking.root={tmp_path / 'm'}", f"data.root={tmp_path / 'g'}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env={**os.environ})
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].startswith("ehrbench: benchmark.name='nope' is not registered; known: "
+                                                          "['ehrchatqa']")
