@@ -20,6 +20,10 @@ class QueryError(Exception):
     retryable = False
 
 
+class MemoryLimitError(QueryError):
+    """A query that needed more memory than its engine may use (the engine process may be left unhealthy)."""
+
+
 @dataclass
 class QueryResult:
     rows: list[tuple]
