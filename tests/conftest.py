@@ -1,7 +1,9 @@
 """Session fixtures: the default-seed databases (built once), and one local Ray cluster for the whole session."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +23,7 @@ os.environ.update(TEST_KEYS)
 # ~/.ray): clients (this process, the main-job subprocesses, the job CLI) present it through these two variables,
 # which Ray reads when it is imported, hence here.
 RAY_SCRATCH = Path(tempfile.mkdtemp(prefix="ehrb-ray-"))   # short: Ray's socket paths must stay under 107 bytes
+atexit.register(shutil.rmtree, RAY_SCRATCH, True)
 os.environ["RAY_AUTH_MODE"] = "token"
 os.environ["RAY_AUTH_TOKEN_PATH"] = str(RAY_SCRATCH / "auth_token")
 os.environ.pop("RAY_AUTH_TOKEN", None)

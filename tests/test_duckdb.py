@@ -18,7 +18,9 @@ def duck(tmp_path_factory):
     conn.execute("CREATE TABLE labresults AS SELECT range AS rowid, range % 100 AS patientid, 'glucose' AS itemname, "
                  "(range % 37) * 1.5 AS resultvalue FROM range(15000)")
     conn.close()
-    return DuckDatabase(path, "world", limits=QueryLimits(max_heap_bytes=512 * 2**20))
+    db = DuckDatabase(path, "world", limits=QueryLimits(max_heap_bytes=512 * 2**20))
+    yield db
+    db.close()
 
 
 HOSTILE = ["INSERT INTO demographics VALUES (1, 'x')", "UPDATE demographics SET gender = 'x'",

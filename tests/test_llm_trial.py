@@ -126,3 +126,25 @@ def test_user_reply_with_sql_or_glued_end_is_filtered_and_regenerated(server):
     feedback = server.requests_for("user-llm")[-1].body["contents"][-1]["parts"][0]["text"]
     assert "###END### must be the whole message" in feedback
     assert meter.by_role["user"]["calls"] == 3
+
+
+def test_validator_down_ends_the_trial_as_an_infrastructure_error_keeping_its_attempts(server, task, dbs):
+    server.push(*[Reply(status=500)] * 3, model="validator-llm")      # the validator's model is down
+    script_happy_conversation(server, task, [{"explanation": "fine", "result": "no_error"}])
+    records = run_local_trial(task, dbs, settings_for(server))
+    assert [(r.termination, r.reward, r.final) for r in records] == [("user_stop", 1.0, False),
+                                                                    ("infra_error_model", None, True)]
+    assert records[0].validation is None                               # no verdict ever came back
+    assert "500" in records[1].error or "server" in records[1].error.lower()
+
+
+def test_code_that_raises_is_a_harness_error_never_a_score(dbs, monkeypatch):
+    from ehrbench.benchmarks.ehrchatqa.tools import ToolSuite
+
+    async def broken(self, args):
+        raise KeyError("a bug in a tool")
+    monkeypatch.setattr(ToolSuite, "table_search", broken)
+    [t] = [t for t in load_tasks(TASK_DIR / "mimic_iv_star" / "eval_incre.jsonl")][:1]
+    [record] = run_local_trial(t, dbs)
+    assert (record.termination, record.reward, record.valid) == ("infra_error_harness", None, False)
+    assert record.error.startswith("KeyError: 'a bug in a tool'") and "in broken" in record.error

@@ -209,6 +209,17 @@ def test_checkpoint_ignores_a_torn_last_line(tmp_path):
     assert TrialStore.finished(records) == {("db/incre/1", 0)}   # the infra failure runs again
 
 
+def test_a_validator_rejected_attempt_is_not_the_end_of_its_trial_until_the_last_one(tmp_path):
+    """The process may die between a rejected attempt and its re-run: that trial is not finished."""
+    from ehrbench.runtime.checkpoint import TrialStore
+    from ehrbench.trial import TrialRecord
+
+    store = TrialStore(tmp_path)
+    store.append(TrialRecord("db/incre/1", 0, "rejected_by_validator", None, final=False))   # re-run was coming
+    store.append(TrialRecord("db/incre/1", 1, "rejected_by_validator", None, final=True))    # out of re-runs
+    assert TrialStore.finished(store.load()) == {("db/incre/1", 1)}
+
+
 def test_multirun_sweep_gives_one_tagged_run_per_combination(ray_cluster, tmp_path):
     store = tmp_path / "mlruns"
     out = subprocess.run([sys.executable, "-m", "ehrbench", "-m", "benchmark=ehrchatqa_mimic,ehrchatqa_eicu",

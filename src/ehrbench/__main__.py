@@ -54,7 +54,7 @@ def trial_settings(cfg: DictConfig, conf: RunConfig, bench: Benchmark) -> TrialS
         raise ConfigurationError(f"agent={agent}: {bench.name} has the agents {list(bench.agents)}")
     if agent != "reference" and scripted:
         raise ConfigurationError(f"agent={agent} needs a real model, e.g. model=gemini-2.5-flash")
-    user = cfg.user.kind if "none" not in bench.users else "none"
+    user = cfg.user.kind if cfg.user.kind in bench.users or "none" not in bench.users else "none"
     if user not in bench.users:
         raise ConfigurationError(f"user={cfg.user.name}: {bench.name} has the users {list(bench.users)}")
     llm_user = user == "llm"
@@ -137,7 +137,10 @@ def _outside_package(bench: Benchmark) -> str | None:
     if top == "ehrbench":
         return None
     module = sys.modules[top]
-    return str(Path(module.__file__).parent) if module.__file__.endswith("__init__.py") else None
+    if not (module.__file__ or "").endswith("__init__.py"):
+        raise ConfigurationError(f"benchmark.entry={bench.options.get('entry')!r}: {top} is a single module; put it in "
+                                 "a package folder (<folder>/__init__.py) so Ray can ship it to every node")
+    return str(Path(module.__file__).parent)
 
 
 # --- step 4: the run's checkpoint and MLflow run ------------------------------------------------------------------
@@ -248,7 +251,6 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     done = checkpoint.finished(records)
     if done:
         log.info("resuming run %s: %d trials already finished", identity, len(done))
-    scope = checkpoint.widen_scope([t.key for t in tasks], conf.run.trials)   # never report less than before
     tracker, store_uri = open_tracker(conf, params, run_name, checkpoint, identity)
     reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
 
@@ -266,7 +268,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
                            max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,
                            skip=done)
-        k, keys = scope
+        k, keys = checkpoint.widen_scope([t.key for t in tasks], conf.run.trials)   # never report less than before
         report_tasks = [t for t in all_tasks if t.key in set(keys)]
         wanted = {(t.key, i) for t in report_tasks for i in range(k)}
         reported = [r for r in records if (r.task_key, r.trial) in wanted]

@@ -127,6 +127,28 @@ class TrialLimits:
 
 
 @dataclass(frozen=True)
+class ValidatorOptions:
+    """`conf/validator/*.yaml`: the simulation validator's sampling and re-runs."""
+    samples: int = field(default=1, metadata=rule(int, low=1))
+    max_reruns: int = field(default=10, metadata=rule(int, low=0))
+
+    def __post_init__(self):
+        _check(self, "validator", "conf/validator/*.yaml")
+
+
+@dataclass(frozen=True)
+class UserOptions:
+    """`conf/user/*.yaml`: which kind of simulated user, and the scripted one's pacing."""
+    kind: str = field(default="scripted", metadata=rule(str, choices=("scripted", "llm", "none")))
+    latency_s: float = field(default=0.0, metadata=rule(float, low=0))
+    temperature: float = field(default=1.0, metadata=rule(float, low=0))
+    strategy: str = field(default="reflection", metadata=rule(str, choices=("plain", "verify", "reflection")))
+
+    def __post_init__(self):
+        _check(self, "user", "conf/user/*.yaml")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     run: RunOptions
     benchmark: dict            # conf/benchmark as plain data, paths made absolute
@@ -173,6 +195,12 @@ def validate(cfg: dict, absolute=lambda p: str(Path(p).resolve())) -> RunConfig:
     runtime_node = dict(cfg.get("runtime") or {})
     runtime = _section(RuntimeOptions, runtime_node, "runtime")
     tracking = _section(TrackingOptions, dict(cfg.get("tracking") or {}), "tracking")
+    _section(ValidatorOptions, dict(cfg.get("validator") or {}), "validator")
+    _section(UserOptions, dict(cfg.get("user") or {}), "user")
+    latency = (cfg.get("model") or {}).get("latency_s", 0.0)
+    if isinstance(latency, bool) or not isinstance(latency, (int, float)) or latency < 0:
+        raise ConfigurationError(f"model.latency_s={latency!r}: must be a number of at least 0 (conf/model/*.yaml or "
+                                 "the override)")
     data = DataOptions(data.seed, data.scale, data.dictionary, absolute(data.root), absolute(data.index_cache),
                        data.files)
     tracking = TrackingOptions(absolute(tracking.root), tracking.uri, tracking.experiment, tracking.log_traces)

@@ -9,11 +9,14 @@ Users live in this process (`LocalUsers`) or in UserSimulator actors (`runtime.a
 from __future__ import annotations
 
 import hashlib
+import traceback
 
 from . import benchmarks
 from .benchmark import Hosts, TrialSettings
 from .llm.usage import UsageMeter
-from .trial import Termination, Turn, TrialRecord, run_trial
+from .trial import InfrastructureError, Termination, Turn, TrialRecord, run_trial
+
+_INFRA_KIND = {"model": Termination.INFRA_MODEL, "user": Termination.INFRA_USER, "tool": Termination.INFRA_TOOL}
 
 USER_ERROR = "user_error"    # the validator's verdict that the simulated user broke its rules
 
@@ -44,12 +47,32 @@ def trial_seed(task_key: str, trial: int) -> int:
 
 
 async def run_task_trial(task, trial: int, hosts: Hosts, settings: TrialSettings, users=None) -> list[TrialRecord]:
-    """Every attempt of one trial: validator-rejected re-runs first (reward None), the final one last."""
+    """Every attempt of one trial: validator-rejected re-runs first (reward None, `final` False), the final one last.
+
+    An infrastructure failure outside the trial loop (opening a remote user, the validator's model) ends the trial
+    with that failure as its final record; the attempts before it are kept. Code that raises anything else (a
+    benchmark's tool, scorer or agent factory; the harness) ends it as `infra_error_harness`: re-run, never scored,
+    the traceback on the record.
+    """
+    records: list[TrialRecord] = []
+    try:
+        await _attempts(task, trial, hosts, settings, users, records)
+    except InfrastructureError as e:
+        records.append(TrialRecord(task.key, trial, _INFRA_KIND.get(e.source, Termination.INFRA_MODEL).value, None,
+                                   error=str(e)[:500], rerun=len(records)))
+    except Exception as e:  # noqa: BLE001 - reported on the record, with where it happened
+        records.append(TrialRecord(task.key, trial, Termination.INFRA_HARNESS.value, None, rerun=len(records),
+                                   error=f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"))
+    for r in records[:-1]:
+        r.final = False
+    return records
+
+
+async def _attempts(task, trial: int, hosts: Hosts, settings: TrialSettings, users, records: list) -> None:
     bench = benchmarks.load(settings.benchmark, settings.benchmark_options)
     users = users or LocalUsers()
     seed = trial_seed(task.key, trial)
     mistakes: list[str] = []
-    records: list[TrialRecord] = []
     for rerun in range(settings.max_reruns + 1):
         meter = UsageMeter()
         episode = bench.episode(task, trial, hosts, settings, meter, seed)
@@ -71,4 +94,3 @@ async def run_task_trial(task, trial: int, hosts: Hosts, settings: TrialSettings
             mistakes.append(str(record.validation.get("explanation", "")) or "the user broke a rule")
             continue
         break
-    return records

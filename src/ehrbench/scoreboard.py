@@ -21,10 +21,10 @@ def group_rewards(records: list[TrialRecord], tasks: list) -> dict[str, dict[str
     for key, names in groups_of.items():
         for g in names:
             groups[g][key] = []
-    for r in records:
-        if r.valid and r.task_key in groups_of:
-            for g in groups_of[r.task_key]:
-                groups[g][r.task_key].append(r.reward)
+    scored = {(r.task_key, r.trial): r for r in records if r.valid and r.task_key in groups_of}  # one per trial
+    for (key, _), r in scored.items():
+        for g in groups_of[key]:
+            groups[g][key].append(r.reward)
     return groups
 
 

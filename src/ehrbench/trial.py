@@ -40,6 +40,7 @@ class Termination(str, Enum):
     INFRA_USER = "infra_error_user"
     INFRA_TOOL = "infra_error_tool"
     INFRA_WORKER = "infra_error_worker"  # the process running the trial died (Ray reported it)
+    INFRA_HARNESS = "infra_error_harness"  # benchmark or harness code raised: a bug to fix, never the agent's score
     REJECTED = "rejected_by_validator"   # the simulated user broke its rules: kept, never scored, re-run
 
     @property
@@ -115,6 +116,7 @@ class TrialRecord:
     validation: dict | None = None                 # the simulation validator's verdict, when one ran
     score_parts: dict = field(default_factory=dict)  # what the reward is made of (rubric leaves, F1 terms, ...)
     assessments: list[dict] = field(default_factory=list)  # graders' decisions: name, value, source, rationale
+    final: bool = True                             # False on a validator-rejected attempt that was run again
 
     @property
     def valid(self) -> bool:

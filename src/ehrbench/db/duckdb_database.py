@@ -16,6 +16,7 @@ ClinSQL's MIMIC-IV rendering is the first user (issue 13); agent SQL reaches it 
 """
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
 import time
@@ -32,17 +33,31 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-class DuckEngine:
+class _Schema:
+    """Table and column lookups from `schema` (table -> [(column, type)]), read once: the file never changes."""
+    schema: dict[str, list[tuple[str, str]]]
+
+    def table_names(self) -> list[str]:
+        return sorted(self.schema)
+
+    def column_names(self, table: str) -> list[str]:
+        if table not in self.schema:
+            raise UnknownIdentifier(f"table {table!r} not found in database")
+        return [c for c, _ in self.schema[table]]
+
+
+class DuckEngine(_Schema):
     """The DuckDB engine itself, in one process; used through `DuckDatabase`, which sandboxes it."""
 
     def __init__(self, path: str | Path, db_id: str | None = None, cache_size: int = 4096,
-                 limits: QueryLimits = QueryLimits()):
+                 limits: QueryLimits = QueryLimits(), spill_dir: str | None = None):
         self.path = Path(path)
         if not self.path.exists():
             raise FileNotFoundError(f"database file {self.path} does not exist (build it with ehrbench's data step)")
         self.db_id = db_id or self.path.stem
         self.limits = limits
-        self._spill = tempfile.mkdtemp(prefix="ehrbench-duckdb-")
+        self._spill = tempfile.mkdtemp(prefix="duckdb-", dir=spill_dir)    # one per process: DuckDB numbers its
+                                                                           # spill files per process
         self._local = threading.local()
         self._lock = threading.Lock()
         with self._connection_for_schema() as conn:
@@ -77,13 +92,6 @@ class DuckEngine:
         return duckdb.connect(str(self.path), read_only=True)
 
     # --- schema ------------------------------------------------------------------------------------------------
-    def table_names(self) -> list[str]:
-        return sorted(self.schema)
-
-    def column_names(self, table: str) -> list[str]:
-        if table not in self.schema:
-            raise UnknownIdentifier(f"table {table!r} not found in database")
-        return [c for c, _ in self.schema[table]]
 
     def _column(self, table: str, column: str) -> str:
         if column not in self.column_names(table):
@@ -135,6 +143,8 @@ class DuckEngine:
                              f"{self.limits.max_heap_bytes:,}-byte memory limit") from None
         except duckdb.PermissionException as e:
             raise QueryError(f"query refused: {str(e).splitlines()[0]}") from None
+        except (duckdb.FatalException, duckdb.InternalException) as e:
+            raise RuntimeError(f"DuckDB engine failed (not the query's fault): {e}") from None
         except duckdb.Error as e:
             if time.monotonic() - started >= timeout_s:
                 raise QueryError(f"query exceeded the {timeout_s:g} s time limit and was stopped") from None
@@ -147,7 +157,7 @@ class DuckEngine:
             self._local.conn.close()
 
 
-class DuckDatabase:
+class DuckDatabase(_Schema):
     """A DuckDB file behind the same interface as `Database`, its engine in memory-capped child processes."""
     ENGINE = "ehrbench.db.duckdb_database:DuckEngine"
     BASELINE_BYTES = 2**30          # a child's address space before any query (Python, DuckDB, thread stacks)
@@ -161,19 +171,14 @@ class DuckDatabase:
             raise FileNotFoundError(f"database file {self.path} does not exist (build it with ehrbench's data step)")
         self.db_id = db_id or self.path.stem
         self.limits = limits
-        self.sandbox = Sandbox(self.ENGINE, (str(self.path), self.db_id), {"cache_size": 1, "limits": limits},
+        self.spill_dir = tempfile.mkdtemp(prefix="ehrbench-duckdb-")    # the engines' temp files; removed on close
+        self.sandbox = Sandbox(self.ENGINE, (str(self.path), self.db_id),
+                               {"cache_size": 1, "limits": limits, "spill_dir": self.spill_dir},
                                workers=workers, address_space_bytes=self.BASELINE_BYTES + limits.max_heap_bytes)
         self.schema = self.sandbox.call("schema_columns")
         self.execute = lru_cache(maxsize=cache_size)(self._execute)    # exceptions are not cached
         self.substring_values = lru_cache(maxsize=cache_size)(self._substring_values)
 
-    def table_names(self) -> list[str]:
-        return sorted(self.schema)
-
-    def column_names(self, table: str) -> list[str]:
-        if table not in self.schema:
-            raise UnknownIdentifier(f"table {table!r} not found in database")
-        return [c for c, _ in self.schema[table]]
 
     def table_info(self, table: str, sample_rows: int = 3) -> str:
         self.column_names(table)
@@ -190,3 +195,4 @@ class DuckDatabase:
 
     def close(self) -> None:
         self.sandbox.close()
+        shutil.rmtree(self.spill_dir, ignore_errors=True)

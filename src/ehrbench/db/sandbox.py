@@ -6,7 +6,9 @@ SQLite bounds every value inside the engine (its length limit) and its heap (`ha
 to an idle child and waits at most the call's deadline. A child that dies mid-call (the query outgrew the cap) or
 overruns its deadline is replaced and the call fails with a `QueryError` naming the limit; the host process, and
 every other query, is untouched. Errors the engine raised on purpose (`QueryError` and subclasses) come back as
-they were.
+they were; a child that crashed any other way (a segfault, an engine error that is not the query's fault) is
+replaced too and the call raises `RuntimeError`, which the trial reports as an infrastructure failure and re-runs.
+The pool keeps its size: a child that cannot be started is tried again on the next call.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import os
 import queue
 import resource
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +28,7 @@ from pathlib import Path
 from .limits import MemoryLimitError, QueryError
 
 _GRACE_S = 10.0    # beyond a query's own deadline, for the engine to stop it itself
+_START_S = 120.0   # for a child to start and connect
 
 
 def _child(conn) -> None:
@@ -62,13 +66,18 @@ class _Worker:
         folder = tempfile.mkdtemp(prefix="ehrb-sbx-")
         address, key = str(Path(folder) / "s"), secrets.token_bytes(32)
         listener = Listener(address, family="AF_UNIX", authkey=key)
+        listener._listener._socket.settimeout(_START_S)    # a child that dies before connecting must not hang us
         env = {**os.environ, "EHRBENCH_SANDBOX_ADDRESS": address, "EHRBENCH_SANDBOX_KEY": key.hex()}
         self.process = subprocess.Popen([sys.executable, "-m", "ehrbench.db.sandbox"], env=env,
                                         stdin=subprocess.DEVNULL)
         try:
             self.conn = listener.accept()
+        except OSError as e:
+            self.process.kill()
+            raise RuntimeError(f"database engine {engine} did not connect in {_START_S:g} s: {e}") from None
         finally:
             listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
         self.conn.send((engine, args, kwargs, address_space_bytes))
         status, detail = self.conn.recv()
         if status != "ready":
@@ -87,43 +96,60 @@ class Sandbox:
                  address_space_bytes: int = 3 * 2**30):
         self.spec = (engine, tuple(args), dict(kwargs or {}), address_space_bytes)
         self.address_space_bytes = address_space_bytes
-        self.idle: queue.Queue[_Worker] = queue.Queue()
+        self.idle: queue.Queue[_Worker | None] = queue.Queue()   # None: a slot whose child is yet to start
         for _ in range(workers):
             self.idle.put(_Worker(*self.spec))
         self.replaced = 0
 
     def call(self, method: str, *args, deadline_s: float = 60.0, **kwargs):
-        worker = self.idle.get()
+        try:
+            worker = self.idle.get(timeout=deadline_s + _GRACE_S + _START_S)
+        except queue.Empty:
+            raise RuntimeError("no database engine process became free in time") from None
+        if worker is None:
+            try:
+                worker = _Worker(*self.spec)
+            except BaseException:
+                self.idle.put(None)
+                raise
         try:
             worker.conn.send((method, args, kwargs))
             if not worker.conn.poll(deadline_s + _GRACE_S):
-                raise self._replace(worker, QueryError(f"query exceeded the {deadline_s:g} s time limit and was "
-                                                       "stopped"))
+                raise self._retire(worker, QueryError(f"query exceeded the {deadline_s:g} s time limit and was "
+                                                      "stopped"))
             status, payload = worker.conn.recv()
-        except (EOFError, OSError, BrokenPipeError):
-            raise self._replace(worker, MemoryLimitError(
-                f"query stopped: it needed more than the database's {self.address_space_bytes:,}-byte memory "
-                "limit")) from None
+        except (EOFError, OSError):
+            crashed = worker.process.poll() in (-11, -7, -4)         # SIGSEGV, SIGBUS, SIGILL: not the query's size
+            raise self._retire(worker, RuntimeError(f"database engine process crashed ({worker.process.poll()})")
+                               if crashed else MemoryLimitError(
+                                   f"query stopped: it needed more than the database's {self.address_space_bytes:,}"
+                                   "-byte memory limit")) from None
         except QueryError:
             raise
+        except BaseException:
+            self._retire(worker, None)
+            raise
         if status == "error" and isinstance(payload, MemoryLimitError):
-            raise self._replace(worker, payload)         # out of memory once: start the next query afresh
+            raise self._retire(worker, payload)          # out of memory once: start the next query afresh
+        if status == "crash":
+            raise self._retire(worker, RuntimeError(f"database engine failed: {payload}"))
         self.idle.put(worker)
         if status == "ok":
             return payload
-        if status == "error":
-            raise payload
-        raise RuntimeError(f"database engine failed: {payload}")
+        raise payload
 
-    def _replace(self, worker: _Worker, error: QueryError) -> QueryError:
+    def _retire(self, worker: _Worker, error):
+        """Stop a child and free its slot (a fresh child starts on the slot's next use); returns `error`."""
         worker.stop()
         self.replaced += 1
-        self.idle.put(_Worker(*self.spec))
+        self.idle.put(None)
         return error
 
     def close(self) -> None:
         while not self.idle.empty():
-            self.idle.get().stop()
+            worker = self.idle.get()
+            if worker is not None:
+                worker.stop()
 
 
 if __name__ == "__main__":

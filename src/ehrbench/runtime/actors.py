@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import ray
 
 from ..benchmark import Hosts, TrialSettings
-from ..db.database import Database
+from ..db import open_database
 from ..db.sharding import split_by_patient
 from ..episode import Conversation, run_task_trial
 from ..llm.usage import UsageMeter
@@ -58,7 +58,7 @@ class DatabaseShard:
     """
 
     def __init__(self, path: str, db_id: str):
-        self.db = Database(path, db_id)
+        self.db = open_database(path, db_id)
 
     def table_names(self):
         return self.db.table_names()

@@ -69,7 +69,7 @@ class TrialStore:
         last: dict[tuple[str, int], TrialRecord] = {}
         for r in records:
             last[(r.task_key, r.trial)] = r
-        return {k for k, r in last.items() if r.valid or r.termination == Termination.REJECTED.value}
+        return {k for k, r in last.items() if r.final and (r.valid or r.termination == Termination.REJECTED.value)}
 
     def widen_scope(self, task_keys: list[str], trials: int) -> tuple[int, list[str]]:
         """Add this invocation's tasks and trial count to what the run has covered; returns the widened scope."""

@@ -113,10 +113,13 @@ def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[Tri
             load[w] -= 1
             try:
                 records: list[TrialRecord] = ray.get(ref)
-            except ray.exceptions.RayError as e:  # the worker died: costs a retry, not the trial
-                stats.worker_failures += 1
+            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as e:  # the worker died:
+                stats.worker_failures += 1                                                  # a retry, not the trial
                 records = [TrialRecord(task.key, i, Termination.INFRA_WORKER.value, None,
                                        error=f"trial worker lost: {type(e).__name__}: {e}"[:500], attempt=attempt)]
+            except ray.exceptions.RayError as e:
+                records = [TrialRecord(task.key, i, Termination.INFRA_HARNESS.value, None,
+                                       error=f"{type(e).__name__}: {e}"[:1500], attempt=attempt)]
             for record in records:
                 on_record(record)
             record = records[-1]
