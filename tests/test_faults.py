@@ -135,7 +135,7 @@ def test_sigterm_marks_the_run_killed_and_a_rerun_resumes_it_to_finished(ray_clu
     _wait_for_records(tmp_path, 10, proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "stopped by a signal" in out + err
+    assert proc.returncode == 130 and "stopped by a signal" in out + err, (out + err)[-4000:]
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
     assert run.info.status == "KILLED"

@@ -32,8 +32,11 @@ log = logging.getLogger("ehrbench")
 CONF_DIR = os.environ.get("EHRBENCH_CONF_DIR") or str(Path(__file__).resolve().parents[2] / "conf")
 
 
-class RunInterrupted(BaseException):
-    """SIGTERM reached the driver: stop, keep what finished, mark the MLflow run KILLED."""
+class RunInterrupted(KeyboardInterrupt):
+    """SIGTERM reached the driver: stop, keep what finished, mark the MLflow run KILLED.
+
+    A KeyboardInterrupt on purpose: a signal often lands while the driver waits inside Ray's C++ code, which turns
+    a KeyboardInterrupt raised by a signal handler into its own interrupt (and anything else into an error)."""
 
 
 # --- step 1: config and benchmark ---------------------------------------------------------------------------------
@@ -283,7 +286,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         tracker.log_text(report.text, "results_table.txt")
         tracker.set_description(description(bench, settings, cfg, k, len(report_tasks), report.headline))
         tracker.finish()
-    except (KeyboardInterrupt, RunInterrupted):
+    except KeyboardInterrupt:                  # Ctrl-C, or SIGTERM (RunInterrupted)
         tracker.finish(status="KILLED")
         log.error("stopped by a signal: %d trials are on disk; run the same command to resume", len(records))
         raise SystemExit(130) from None
