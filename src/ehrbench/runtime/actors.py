@@ -53,8 +53,9 @@ class ActorNames:
 class DatabaseShard:
     """One database file: a whole-database replica, or one patient partition of it.
 
-    Calls are never retried by Ray: a query that failed on its merits raises `QueryError` (retrying cannot fix it),
-    and a call lost with a dead actor fails the trial's attempt as an infrastructure error, which the runner re-runs.
+    Ray does not retry its calls: a query that failed on its merits raises `QueryError` (retrying cannot fix it) and
+    is never sent again; a call lost with a dead actor is sent again by the trial's `ActorHost` once the actor has
+    restarted (a few waits), then fails the attempt as an infrastructure error, which the runner re-runs.
     """
 
     def __init__(self, path: str, db_id: str):

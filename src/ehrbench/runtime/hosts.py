@@ -4,8 +4,8 @@
 replicas of the same thing, used in turn). Both turn `host.method(*args)` into an awaitable, so `ToolSuite` and the
 scorer await the same calls in both. Schema lookups of an immutable database are memoized on the caller's side:
 every trial asks for the table list, and the answer never changes. A call lost with its actor (the actor or its
-node died) raises `InfrastructureError`, so the trial's attempt is re-run; an error the method itself raised (a
-refused query) reaches the caller as it is.
+node died) is sent again while the actor restarts, then raises `InfrastructureError`, so the trial's attempt is
+re-run; an error the method itself raised (a refused query) reaches the caller as it is, never resent.
 """
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ import itertools
 from ..trial import InfrastructureError
 
 STATIC_METHODS = frozenset({"table_names", "column_names", "table_info"})
+# A call lost with its actor (killed, restarting) is sent again after these waits, then fails the attempt. Hosted
+# methods are reads, so sending one again is safe; a call that failed on its merits (a refused query) is never resent.
+LOST_CALL_WAITS_S = (0.5, 2.0, 5.0, None)
 
 
 class LocalHost:
@@ -42,15 +45,21 @@ class ActorHost:
             key = (name, args, tuple(sorted(kwargs.items())))
             if name in STATIC_METHODS and key in self._memo:
                 return self._memo[key]
+            import asyncio
+
             import ray
 
-            handle = self._handles[next(self._turn)]
-            try:
-                result = await getattr(handle, name).remote(*args, **kwargs)
-            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-                    ray.exceptions.ObjectLostError) as e:
-                raise InfrastructureError(f"{name}() on a hosted actor failed: {type(e).__name__}"[:500],
-                                          source="tool") from None
+            for wait_s in LOST_CALL_WAITS_S:
+                handle = self._handles[next(self._turn)]
+                try:
+                    result = await getattr(handle, name).remote(*args, **kwargs)
+                    break
+                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
+                        ray.exceptions.ObjectLostError) as e:
+                    if wait_s is None:
+                        raise InfrastructureError(f"{name}() on a hosted actor failed: {type(e).__name__}"[:500],
+                                                  source="tool") from None
+                    await asyncio.sleep(wait_s)      # the actor is restarting: the same read, once it is back
             if name in STATIC_METHODS:
                 self._memo[key] = result
             return result
