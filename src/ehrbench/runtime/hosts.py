@@ -9,7 +9,10 @@ re-run; an error the method itself raised (a refused query) reaches the caller a
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
+
+import ray
 
 from ..trial import InfrastructureError
 
@@ -45,10 +48,6 @@ class ActorHost:
             key = (name, args, tuple(sorted(kwargs.items())))
             if name in STATIC_METHODS and key in self._memo:
                 return self._memo[key]
-            import asyncio
-
-            import ray
-
             for wait_s in LOST_CALL_WAITS_S:
                 handle = self._handles[next(self._turn)]
                 try:
