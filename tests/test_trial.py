@@ -48,6 +48,65 @@ def test_step_limit_ends_with_reward_zero():
     assert (r.termination, r.reward, r.steps) == ("max_steps", 0.0, 30)
 
 
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_time_limit_counts_the_agents_model_time_not_the_users_or_the_tools():
+    """As the original: 600 s of the agent's own calls; a slow user or tool uses none of it."""
+    clock = FakeClock()
+
+    class Agent:                                   # each call: 100 s of the agent's own time
+        async def act(self, history):
+            clock.now += 100
+            return Message("assistant", tool_call=ToolCall("table_search", {}))
+
+    class SlowTools:                               # each tool: 1000 s of wall time
+        async def call(self, name, arguments):
+            clock.now += 1000
+            return "t1"
+
+    r = asyncio.run(run_trial("k", 0, Agent(), ScriptedUser("Your goal is x."), SlowTools(), full_marks,
+                              Limits(max_steps=30, time_limit_s=250), clock=clock))
+    assert (r.termination, r.reward, r.steps) == ("time_limit", 0.0, 2)    # ended after the third call, unused
+    assert r.agent_time_s == 300 and r.duration_s == 2300
+
+
+def test_time_waiting_for_a_rate_limiter_slot_is_not_the_agents_time():
+    from ehrbench.llm.base import ChatModel, ChatResponse, ChatRequest, RateLimiter
+
+    class Quick(ChatModel):
+        async def _send(self, request):
+            await asyncio.sleep(0.01)
+            return ChatResponse(text="done")
+
+    limiter = RateLimiter(concurrency=1)
+    model = Quick("m", limiter=limiter)
+
+    class Agent:
+        async def act(self, history):
+            return Message("assistant", (await model.complete(ChatRequest(history))).text)
+
+    async def main():
+        async def hog():
+            async with limiter.slot():
+                await asyncio.sleep(0.5)           # another trial holds the only slot
+        blocker = asyncio.create_task(hog())
+        await asyncio.sleep(0)
+        record = await run_trial("k", 0, Agent(), ScriptedUser("Your goal is x."), EchoTools(), full_marks,
+                                 Limits(max_steps=3, time_limit_s=0.3))
+        await blocker
+        return record
+
+    r = asyncio.run(main())
+    assert r.termination != "time_limit" and r.steps >= 1
+    assert r.agent_time_s < 0.3 <= r.duration_s
+
+
 def test_user_failure_is_an_infrastructure_error_never_a_graded_end():
     class BrokenUser:
         async def reply(self, history):

@@ -3,7 +3,8 @@
 With a simulated user (multi-turn), the user opens, the agent acts one tool call or one message per step, and the
 user says when the conversation is over (`Turn.done`); only then is the reward computed. Without one
 (single-turn), the task's question opens and the agent's first message is its answer. Step and time limits end a
-trial with reward 0. Failures of the infrastructure (model API, user simulator, tools) end it with reward None and
+trial with reward 0; the time limit counts the agent's own model time, as the EHR-ChatQA harness does (a slow user,
+tool or rate-limiter queue does not use it up), and the wall time is recorded beside it. Failures of the infrastructure (model API, user simulator, tools) end it with reward None and
 a termination reason of their own, so the runner re-runs the trial instead of scoring it. Nothing here knows about
 Ray, MLflow or any benchmark.
 
@@ -15,6 +16,7 @@ trial's trace).
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Awaitable, Callable, Protocol
@@ -89,10 +91,14 @@ class Tools(Protocol):
     async def call(self, name: str, arguments: dict) -> str: ...
 
 
+LIMITER_WAIT: ContextVar[list[float] | None] = ContextVar("limiter_wait", default=None)
+"""Set by `run_trial` while the agent acts: model clients add the seconds they queued for a rate-limiter slot."""
+
+
 @dataclass(frozen=True)
 class Limits:
     max_steps: int = 30                  # agent actions (tool calls and messages)
-    time_limit_s: float = 600.0
+    time_limit_s: float = 600.0          # the agent's own model time, as the original counts it (not wall time)
     max_observation_chars: int = 50_000  # a longer tool observation is cut, saying so
 
 
@@ -106,7 +112,8 @@ class TrialRecord:
     steps: int = 0
     user_turns: int = 0
     tool_calls: int = 0
-    duration_s: float = 0.0
+    duration_s: float = 0.0                        # wall time of the whole trial
+    agent_time_s: float = 0.0                      # time in the agent's model calls, the time limit's measure
     started_at: float = 0.0                        # wall clock (time.time()) when the trial began
     error: str | None = None
     attempt: int = 0                               # re-submissions after infrastructure failures
@@ -131,7 +138,9 @@ class TrialRecord:
                 and isinstance(m["tool_call"]["arguments"], dict)]
 
     def agent_texts(self) -> list[str]:
-        return [m["content"] for m in self.messages if m["role"] == "assistant" and m.get("content")]
+        """The agent's messages the user was shown (text sent beside a tool call never reaches the user)."""
+        return [m["content"] for m in self.messages
+                if m["role"] == "assistant" and m.get("content") and not m.get("tool_call")]
 
 
 @dataclass
@@ -191,18 +200,8 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
         except InfrastructureError as e:
             return await finish(Termination.INFRA_USER, str(e))
         history.append(timed(Message("user", first.text), asked))
-    while record.steps < limits.max_steps:
-        if clock() - start > limits.time_limit_s:
-            return await finish(Termination.TIME_LIMIT)
-        asked = clock()
-        try:
-            action = timed(await agent.act(history), asked)
-        except InfrastructureError as e:
-            return await finish(Termination.INFRA_MODEL if e.source == "model" else Termination.INFRA_TOOL, str(e))
-        except Exception as e:  # noqa: BLE001 - an agent bug ends its own trial, scored 0
-            return await finish(Termination.AGENT_ERROR, f"{type(e).__name__}: {e}")
-        record.steps += 1
-        history.append(action)
+    async def _consequence(action: Message) -> TrialRecord | None:
+        """Run the agent's tool call, or pass its message to the user; a finished record when the trial ends."""
         asked = clock()
         if action.is_tool_call:
             try:
@@ -212,7 +211,7 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
                 return await finish(Termination.INFRA_TOOL, str(e))
             observation = cap_observation(str(observation), limits.max_observation_chars)
             history.append(timed(Message("tool", observation, tool_call_id=action.tool_call.id), asked))
-            continue
+            return None
         if user is None:
             return await finish(Termination.ANSWERED)
         try:
@@ -220,6 +219,27 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
         except InfrastructureError as e:
             return await finish(Termination.INFRA_USER, str(e))
         history.append(timed(Message("user", reply.text), asked))
-        if reply.done:
-            return await finish(Termination.USER_STOP)
-    return await finish(Termination.MAX_STEPS)
+        return await finish(Termination.USER_STOP) if reply.done else None
+
+    queued = [0.0]                       # seconds the agent's calls waited for a rate-limiter slot (not counted)
+    token = LIMITER_WAIT.set(queued)
+    try:
+        while record.steps < limits.max_steps:
+            asked, queued[0] = clock(), 0.0
+            try:
+                action = timed(await agent.act(history), asked)
+            except InfrastructureError as e:
+                return await finish(Termination.INFRA_MODEL if e.source == "model" else Termination.INFRA_TOOL, str(e))
+            except Exception as e:  # noqa: BLE001 - an agent bug ends its own trial, scored 0
+                return await finish(Termination.AGENT_ERROR, f"{type(e).__name__}: {e}")
+            record.agent_time_s += max(0.0, clock() - asked - queued[0])
+            if record.agent_time_s > limits.time_limit_s:      # checked after the call, before acting on it
+                return await finish(Termination.TIME_LIMIT)
+            record.steps += 1
+            history.append(action)
+            done = await _consequence(action)
+            if done is not None:
+                return done
+        return await finish(Termination.MAX_STEPS)
+    finally:
+        LIMITER_WAIT.reset(token)

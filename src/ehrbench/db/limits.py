@@ -8,7 +8,9 @@ the rest on the rows that reach Python, one row at a time, so no query can make 
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
+from typing import Any, Callable
 
 
 class QueryError(Exception):
@@ -18,6 +20,10 @@ class QueryError(Exception):
     refusals, syntax errors, time and size limits); hosts never re-send such a query.
     """
     retryable = False
+
+
+class QueryTimeout(QueryError):
+    """A query stopped at its time limit."""
 
 
 class MemoryLimitError(QueryError):
@@ -50,12 +56,16 @@ def value_bytes(value) -> int:
     return 8
 
 
-def fetch_bounded(cursor, keep: int, count_cap: int, limits: QueryLimits) -> QueryResult:
+def fetch_bounded(cursor, keep: int, count_cap: int, limits: QueryLimits,
+                  sort_key: Callable[[tuple], Any] | None = None) -> QueryResult:
     """Keep the first `keep` rows (at most `max_result_bytes` of values), count the rest up to `count_cap`.
 
-    Rows past `keep` are read one at a time and dropped, so counting a long result costs time, never memory.
+    With `sort_key`, keep instead the `keep` smallest rows under that key, in order (a scorer that compares "the
+    first 100 rows after sorting" needs them without holding the whole result). Rows past `keep` are read one at
+    a time and dropped, so counting a long result costs time, never memory.
     """
     rows: list[tuple] = []
+    heap: list = []
     kept_bytes = 0
     total = 0
     while total < count_cap:
@@ -63,18 +73,52 @@ def fetch_bounded(cursor, keep: int, count_cap: int, limits: QueryLimits) -> Que
         if row is None:
             break
         total += 1
+        if sort_key is not None:
+            _check_value_sizes(row, limits)
+            item = (_Desc(sort_key(row)), total, tuple(row))
+            if len(heap) < keep:
+                heapq.heappush(heap, item)
+            elif item[0] > heap[0][0]:
+                heapq.heapreplace(heap, item)
+            continue
         if len(rows) < keep:
-            sizes = [value_bytes(v) for v in row]
-            if max(sizes, default=0) > limits.max_value_bytes:
-                raise QueryError(f"query stopped: a value in the result is larger than the "
-                                 f"{limits.max_value_bytes:,}-byte limit on one value; select a shorter part (substr)")
-            kept_bytes += sum(sizes)
+            kept_bytes += sum(_check_value_sizes(row, limits))
             if kept_bytes > limits.max_result_bytes:
                 raise QueryError(f"query stopped: the first {len(rows) + 1} rows of the result are larger than the "
                                  f"{limits.max_result_bytes:,}-byte limit on a result; select fewer or shorter columns, "
                                  "or fewer rows (LIMIT)")
             rows.append(tuple(row))
+    if sort_key is not None:
+        rows = [row for _, _, row in sorted(heap, key=lambda item: (item[0].key, item[1]))]
+        if sum(value_bytes(v) for row in rows for v in row) > limits.max_result_bytes:
+            raise QueryError(f"query stopped: the {len(rows)} rows kept are larger than the "
+                             f"{limits.max_result_bytes:,}-byte limit on a result")
     return QueryResult(rows=rows, total=total, capped=total >= count_cap)
+
+
+def _check_value_sizes(row, limits: QueryLimits) -> list[int]:
+    sizes = [value_bytes(v) for v in row]
+    if max(sizes, default=0) > limits.max_value_bytes:
+        raise QueryError(f"query stopped: a value in the result is larger than the "
+                         f"{limits.max_value_bytes:,}-byte limit on one value; select a shorter part (substr)")
+    return sizes
+
+
+class _Desc:
+    """A key with its order reversed, so a min-heap keeps the largest of the smallest rows on top."""
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __lt__(self, other: "_Desc") -> bool:
+        return other.key < self.key
+
+    def __gt__(self, other: "_Desc") -> bool:
+        return self.key < other.key
+
+    def __eq__(self, other) -> bool:
+        return self.key == other.key
 
 
 def cap_observation(text: str, max_chars: int) -> str:

@@ -12,7 +12,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from ..trial import InfrastructureError, Message, ToolCall
+from ..trial import LIMITER_WAIT, InfrastructureError, Message, ToolCall
 
 
 class RetryableError(Exception):
@@ -31,6 +31,18 @@ class ChatRequest:
     temperature: float | None = None
     seed: int | None = None
     max_tokens: int | None = None
+    response_schema: "OutputSchema | None" = None   # structured output: the reply is JSON of this schema
+
+
+@dataclass(frozen=True)
+class OutputSchema:
+    """A structured-output contract (OpenAI `response_format` json_schema, Gemini `response_json_schema`)."""
+    name: str
+    fields: tuple[str, ...]          # string fields, all required, as the original's pydantic formats declare
+
+    def json_schema(self) -> dict:
+        return {"type": "object", "properties": {f: {"type": "string"} for f in self.fields},
+                "required": list(self.fields), "additionalProperties": False}
 
 
 @dataclass
@@ -115,7 +127,10 @@ class ChatModel:
         last: Exception | None = None
         for attempt in range(self.retry.max_attempts):
             try:
+                queued = time.monotonic()
                 async with self.limiter.slot():
+                    if (waits := LIMITER_WAIT.get()) is not None:
+                        waits[0] += time.monotonic() - queued   # a harness queue, not the agent's time
                     self.attempts += 1
                     response = await self._send(request)
                 self.calls += 1

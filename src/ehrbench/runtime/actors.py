@@ -76,8 +76,8 @@ class DatabaseShard:
     def distinct_values(self, table, column):
         return self.db.distinct_values(table, column)
 
-    def execute(self, sql, timeout_s=60.0, count_cap=1_000_000, keep=100):
-        return self.db.execute(sql, timeout_s, count_cap, keep)
+    def execute(self, sql, timeout_s=60.0, count_cap=1_000_000, keep=100, sort_key=None):
+        return self.db.execute(sql, timeout_s, count_cap, keep, sort_key)
 
 
 @ray.remote(max_restarts=3, max_task_retries=3)

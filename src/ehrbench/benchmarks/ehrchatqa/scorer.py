@@ -1,74 +1,103 @@
-"""EHR-ChatQA reward rules, exactly as the public implementation scores (see specs/ehr-chatqa.md, Rewards).
+"""EHR-ChatQA reward rules, as the authors' public code scores (glee4810/EHR-ChatQA, src/envs/base.py, src/utils.py).
 
-IncreQA re-executes every `sql_execute` query of the trajectory and passes if, for any query, any column's set of
-distinct normalised values equals the set of first-column gold values (lenient by design: row order, duplicates
-and extra columns are ignored). AdaptQA reads `<answer>` tags in the agent's messages to the user.
+Values are normalised as the original does (`process_item`: round to 4 places, then text; `process_result`: rows
+sorted, the first 100 kept). IncreQA re-executes every `sql_execute` query of the trajectory and passes if, for any
+query, any column's set of values (without "None") equals the set of the gold's first-column values (a gold
+holding None can never match, as in the original). AdaptQA reads the first `<answer>`, ```answer or bare ``` block
+of each message the user was shown; the answer passes if it contains every gold value (the first column of each
+gold row, lower-cased, integers as digits) and nothing is left once those values, the joiners and units the
+original lists, and trailing zeros are removed.
+
+One deliberate generalisation (README, Fidelity): the original maps number words to digits through a table of the
+words its task files use ("thirty-five", "two hundred and forty-seven", ...); ehrbench maps any English cardinal,
+so the same rule holds for every task this world generates.
 """
 from __future__ import annotations
 
 import re
-from typing import Awaitable, Callable, Iterable
+from ast import literal_eval
+from typing import Awaitable, Callable
 
 from num2words import num2words
 
 from ...trial import InfrastructureError
 
-_ANSWER_TAG = re.compile(r"<\s*answer\s*>(.*?)<\s*/\s*answer\s*>", re.I | re.S)
-_ANSWER_FENCE = re.compile(r"```\s*answer\s*\n(.*?)```", re.I | re.S)
-# Tokens that may surround gold strings in a passing answer; longest first so ".0000" goes before ".0".
-_RESIDUE = [r"\.0000", r"\.000", r"\.00", r"\.0", r"%", r",", r";", r"\band\b", r"\bdays\b", r"\bday\b"]
-_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
-NUMERAL_WORDS: dict[str, str] = {str(i): w for i, w in enumerate(_WORDS)}
-NUMERAL_WORDS.update({"20": "twenty", "30": "thirty", "40": "forty", "50": "fifty", "60": "sixty", "70": "seventy",
-                      "80": "eighty", "90": "ninety", "100": "one hundred"})
-WORD_NUMERALS = {w: n for n, w in NUMERAL_WORDS.items()}
+ANSWER_PATTERN = re.compile(r"(?:<answer>|```answer|```\s*\n)(.*?)(?:</answer>|```)", re.DOTALL)
+# Removed from what is left of an answer once the gold values are gone; order matters (".0000" before ".0").
+RESIDUE = ["and", ",", ";", ".0000", ".000", ".00", ".0", "%", "days", "day"]
+MAX_ROWS = 100   # the original compares only the first 100 rows after sorting
 
 
-# --- IncreQA -----------------------------------------------------------------------------------------------------
-def normalize_value(v) -> str:
+# --- the original's normal forms ---------------------------------------------------------------------------------
+def process_item(value) -> str:
     try:
-        return str(round(float(v), 4))
-    except (TypeError, ValueError):
-        return str(v)
+        value = round(float(value), 4)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return str(value)
 
 
-def normalize_rows(rows: Iterable[Iterable], limit: int = 100) -> list[tuple[str, ...]]:
-    return sorted(tuple(normalize_value(v) for v in row) for row in rows)[:limit]
+def comparable_row(row) -> tuple[str, ...]:
+    return tuple(process_item(v) for v in row)
 
 
-def gold_values(gold_answer: list[list]) -> set[str]:
-    return {normalize_value(row[0]) for row in gold_answer if row} - {"None"}
-
-
-def result_matches(rows: list[tuple], gold: set[str]) -> bool:
-    norm = normalize_rows(rows)
-    if not norm:
-        return False
-    for j in range(len(norm[0])):
-        column = {row[j] for row in norm if j < len(row)} - {"None"}
-        if column == gold:
-            return True
-    return False
-
-
-async def incre_reward(queries: list[str], gold_answer: list[list],
-                       execute: Callable[[str], Awaitable[list[tuple]]]) -> float:
-    """`await execute(sql) -> rows` re-runs a query (raising on error); queries that fail are skipped."""
-    gold = gold_values(gold_answer)
-    for sql in queries:
+def process_result(result) -> list[tuple[str, ...]]:
+    """Rows as the original compares them: each value normalised, rows sorted, the first 100 kept."""
+    if isinstance(result, str):
         try:
-            rows = await execute(sql)
-        except InfrastructureError:
-            raise                      # the database host failed, not the query: the trial is re-run
-        except Exception:  # noqa: BLE001 - a failing query simply earns nothing
+            result = literal_eval(result)
+        except (ValueError, SyntaxError):
+            return result
+    return sorted(comparable_row(row) for row in result)[:MAX_ROWS]
+
+
+def process_answer(value) -> str:
+    text = str(value).lower().strip()
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return str(int(number)) if number.is_integer() else str(round(number, 4))
+
+
+# --- number words ------------------------------------------------------------------------------------------------
+_UNITS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
+_SCALES = {"thousand": 10 ** 3, "million": 10 ** 6, "billion": 10 ** 9}
+
+
+def words_to_int(text: str) -> int | None:
+    """An English cardinal written in words ("thirty five", "two hundred and forty-seven"), or None."""
+    tokens = [t for t in re.split(r"[\s-]+", text.strip().lower()) if t]
+    if not tokens or tokens[0] == "and" or tokens[-1] == "and":
+        return None
+    total = current = 0
+    seen_number = False
+    for token in tokens:
+        if token == "and":
             continue
-        if result_matches(rows, gold):
-            return 1.0
-    return 0.0
+        if token in _UNITS:
+            current += _UNITS[token]
+        elif token in _TENS:
+            current += _TENS[token]
+        elif token == "hundred":
+            current = max(current, 1) * 100
+        elif token in _SCALES:
+            total += max(current, 1) * _SCALES[token]
+            current = 0
+        else:
+            return None
+        seen_number = True
+    return total + current if seen_number else None
 
 
-# --- AdaptQA -----------------------------------------------------------------------------------------------------
+def digits_if_number_words(text: str) -> str:
+    number = words_to_int(text)
+    return str(number) if number is not None else text
+
+
 def words(n: int) -> str:
     return num2words(int(n))
 
@@ -91,36 +120,64 @@ def render_answer(rows: list[tuple]) -> list[list]:
     return out
 
 
-def extract_answers(message: str) -> list[str]:
-    return _ANSWER_TAG.findall(message) + _ANSWER_FENCE.findall(message)
+# --- IncreQA -----------------------------------------------------------------------------------------------------
+def gold_values(gold_answer) -> set[str]:
+    return {row[0] for row in process_result(gold_answer) if row}
 
 
-def _variants(gold: str) -> list[str]:
-    g = gold.strip().lower()
-    out = [g]
-    if g in NUMERAL_WORDS:
-        out.append(NUMERAL_WORDS[g])
-    if g in WORD_NUMERALS:
-        out.append(WORD_NUMERALS[g])
-    return out
+def result_matches(rows, gold: set[str]) -> bool:
+    """Any column of the (sorted, first 100) rows, "None" left out, has exactly the gold's values."""
+    normalised = process_result(rows)
+    for column in zip(*normalised):
+        if {v for v in column if v != "None"} == gold:
+            return True
+    return False
+
+
+async def incre_reward(queries: list[str], gold_answer, execute: Callable[[str], Awaitable[list[tuple]]]) -> float:
+    """`await execute(sql) -> rows` re-runs a query (raising on error); queries that fail are skipped."""
+    gold = gold_values(gold_answer)
+    for sql in queries:
+        try:
+            rows = await execute(sql.strip())
+        except InfrastructureError:
+            raise                      # the database host failed, not the query: the trial is re-run
+        except Exception:  # noqa: BLE001 - a failing query simply earns nothing
+            continue
+        if result_matches(rows, gold):
+            return 1.0
+    return 0.0
+
+
+# --- AdaptQA -----------------------------------------------------------------------------------------------------
+def gold_answers(gold_answer) -> list[str]:
+    """The first column of each gold row in the original's normal form, number words as digits."""
+    return [digits_if_number_words(process_answer(row[0])) for row in process_result(gold_answer) if row]
+
+
+def extract_answer(message: str) -> str | None:
+    """The first answer block of a message (<answer>, ```answer or a bare ``` block), or None."""
+    match = ANSWER_PATTERN.search(message)
+    return match.group(1).strip() if match else None
 
 
 def answer_matches(answer: str, golds: list[str]) -> bool:
-    text = answer.lower()
-    for gold in golds:
-        hit = next((v for v in _variants(gold) if v and v in text), None)
-        if hit is None:
-            return False
-        text = text.replace(hit, " ")
-    for token in _RESIDUE:
-        text = re.sub(token, " ", text)
-    return text.strip() == ""
+    predicted = digits_if_number_words(answer.lower())
+    if any(gold.lower() not in predicted for gold in golds):
+        return False
+    rest = predicted
+    for gold in sorted(golds, key=len)[::-1]:        # longest first, each removed once
+        rest = rest.replace(gold, "", 1)
+    for token in RESIDUE:
+        rest = rest.replace(token, "")
+    return rest.rstrip("0").rstrip(".").strip() == ""
 
 
-def adapt_reward(agent_messages: list[str], gold_answer: list[list]) -> float:
-    golds = [str(v) for row in gold_answer for v in row]
-    for message in agent_messages:
-        for answer in extract_answers(message):
-            if answer_matches(answer, golds):
-                return 1.0
+def adapt_reward(shown_messages: list[str], gold_answer) -> float:
+    """`shown_messages`: the agent's messages the user received, in order (never text beside a tool call)."""
+    golds = gold_answers(gold_answer)
+    for message in shown_messages:
+        answer = extract_answer(message or "")
+        if answer is not None and answer_matches(answer, golds):
+            return 1.0
     return 0.0
