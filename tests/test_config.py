@@ -27,7 +27,7 @@ def composed(*overrides: str) -> dict:
     ("resume=maybe", "resume='maybe': must be true or false (conf/config.yaml or the override)"),
     ("tracking.log_traces=3", "tracking.log_traces=3: must be true or false (conf/tracking/*.yaml or the override)"),
     ("runtime.db_replicas=0", "runtime.db_replicas=0: must be an integer of at least 1 (conf/runtime/*.yaml or the override)"),
-    ("validator.max_reruns=-1", "validator.max_reruns=-1: must be an integer of at least 0 (conf/validator/*.yaml or the override)"),
+    ("validator.max_attempts=0", "validator.max_attempts=0: must be an integer of at least 1 (conf/validator/*.yaml or the override)"),
     ("user.latency_s=-1", "user.latency_s=-1: must be a number of at least 0 (conf/user/*.yaml or the override)"),
     ("model.latency_s=fast", "model.latency_s='fast': must be a number of at least 0 (conf/model/*.yaml or the override)"),
     ("data.mimic_iv_star.path=/no/such.sqlite", "data.mimic_iv_star.path='/no/such.sqlite': no such file; point it at"),

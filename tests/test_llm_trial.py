@@ -4,6 +4,7 @@ Four models take part, each with its own script: the agent (OpenAI protocol), th
 reflection) and the validator (Gemini protocol).
 """
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -37,7 +38,7 @@ def settings_for(server, **overrides):
                 agent_model={"name": "agent-llm", "provider": "openai-compatible", "model": "agent-llm",
                              "base_url": server.url + "/v1", "retry": FAST, "price": {"input": 2.5, "output": 10.0}},
                 user_model=gemini("user-llm"), verifier_model=gemini("checker-llm"),
-                validator_model=gemini("validator-llm"), max_reruns=3)
+                validator_model=gemini("validator-llm"), max_attempts=4)
     base.update(overrides)
     return ehrchatqa_settings(**base)
 
@@ -61,7 +62,8 @@ def script_happy_conversation(server, task, validator_verdicts):
         server.push(Reply(text="Can you double check that covers all I asked?"), model="user-llm")
         server.push(Reply(text="Yes, it covers every condition you gave."), model="agent-llm")
         server.push(Reply(text=END_TOKEN), model="user-llm")
-        server.push(Reply(text="yes"), Reply(text="no"),
+        # the first turn is never verified: the checker sees turn 2 (no, reflected, yes), turn 3 and the end
+        server.push(Reply(text="no"),
                     Reply(text=json.dumps({"reflection": "missing the time window",
                                            "new_response": "Only those admitted recently, per my instruction, both codes."})),
                     Reply(text="yes"), Reply(text="yes"), Reply(text="yes"), model="checker-llm")
@@ -76,7 +78,7 @@ def test_full_trial_agent_explores_user_refines_validator_passes_reward_computed
     user_texts = [m["content"] for m in record.messages if m["role"] == "user"]
     assert user_texts[1] == "Only those admitted recently, per my instruction, both codes."  # the reflected reply
     usage = record.usage
-    assert {r: usage[r]["calls"] for r in usage} == {"user": 4, "agent": 6, "verifier": 5, "reflection": 1,
+    assert {r: usage[r]["calls"] for r in usage} == {"user": 4, "agent": 6, "verifier": 4, "reflection": 1,
                                                       "validator": 1}
     assert usage["agent"]["input_tokens"] == 60 and usage["agent"]["cost_usd"] == pytest.approx((60 * 2.5 + 30 * 10) / 1e6)
     agent_request = server.requests_for("agent-llm")[-1].body
@@ -93,8 +95,9 @@ def test_validator_rejection_reruns_with_the_explanation_carried_over(server, ta
                                                                     (1, "user_stop", 1.0)]
     assert not records[0].valid and records[1].valid
     checker_prompts = [r.body["contents"][0]["parts"][0]["text"] for r in server.requests_for("checker-llm")]
-    assert not any("user revealed all goals at once" in p for p in checker_prompts[:6])
-    assert all("Previous user mistakes" in p and "user revealed all goals at once" in p for p in checker_prompts[6:])
+    assert not any("user revealed all goals at once" in p for p in checker_prompts[:5])
+    assert all("\n\nPrevious user mistakes:\n1. user revealed all goals at once\n\n\nConversation:\n" in p
+               for p in checker_prompts[5:])
 
 
 def test_malformed_tool_call_gets_an_error_observation_and_the_agent_goes_on(server, task, dbs):
@@ -120,11 +123,11 @@ def test_user_reply_with_sql_or_glued_end_is_filtered_and_regenerated(server):
                 Reply(text=END_TOKEN), model="user-llm")
     meter = UsageMeter()
     cfg = {"provider": "gemini", "model": "user-llm", "base_url": server.url, "retry": FAST}
-    user = LLMUser(MeteredModel(build_model(cfg), "user", meter, Price()), UserPrompts("Your goal is x."),
+    user = LLMUser(MeteredModel(build_model(cfg), "user", meter, Price()), UserPrompts("Your goal is x.", stop_token_feedback="the stop token alone, please"),
                    strategy="plain")
     assert asyncio.run(user.reply([Message("assistant", "Hi! How can I help you today?")])) == Turn(END_TOKEN, True)
     feedback = server.requests_for("user-llm")[-1].body["contents"][-1]["parts"][0]["text"]
-    assert "###END### must be the whole message" in feedback
+    assert feedback == "the stop token alone, please"
     assert meter.by_role["user"]["calls"] == 3
 
 
@@ -141,10 +144,23 @@ def test_validator_down_ends_the_trial_as_an_infrastructure_error_keeping_its_at
 def test_code_that_raises_is_a_harness_error_never_a_score(dbs, monkeypatch):
     from ehrbench.benchmarks.ehrchatqa.tools import ToolSuite
 
-    async def broken(self, args):
+    async def broken(self, **args):
         raise KeyError("a bug in a tool")
     monkeypatch.setattr(ToolSuite, "table_search", broken)
     [t] = [t for t in load_tasks(TASK_DIR / "mimic_iv_star" / "eval_incre.jsonl")][:1]
     [record] = run_local_trial(t, dbs)
     assert (record.termination, record.reward, record.valid) == ("infra_error_harness", None, False)
     assert record.error.startswith("KeyError: 'a bug in a tool'") and "in broken" in record.error
+
+
+def test_validator_allows_ten_attempts_in_all_as_the_original(server, task, dbs):
+    rejected = {"explanation": "user revealed all goals at once", "result": "user_error", "broken_rule": "r",
+                "evidence": "e"}
+    script_happy_conversation(server, task, [rejected] * 10)
+    settings = dataclasses.replace(settings_for(server), max_attempts=ehrchatqa_settings().max_attempts)
+    records = run_local_trial(task, dbs, settings)
+    assert len(records) == 10 and settings.max_attempts == 10
+    assert all(r.termination == "rejected_by_validator" and r.reward is None for r in records)
+    validator_request = server.requests_for("validator-llm")[0].body
+    assert validator_request["generationConfig"]["responseJsonSchema"]["required"] == \
+        ["explanation", "evidence", "broken_rule", "result"]

@@ -70,9 +70,10 @@ def trial_settings(cfg: DictConfig, conf: RunConfig, bench: Benchmark) -> TrialS
         agent_model=None if agent == "reference" else plain(cfg.model),
         user_model=plain(cfg.user.model) if llm_user else None,
         user_strategy=cfg.user.get("strategy", "reflection"), user_temperature=cfg.user.get("temperature", 1.0),
+        user_on_filter_failure=cfg.user.get("on_filter_failure", "end"),
         validator_model=plain(cfg.validator.model) if validated else None,
         validator_samples=cfg.validator.get("samples", 1),
-        max_reruns=cfg.validator.get("max_reruns", 0) if validated else 0,
+        max_attempts=cfg.validator.get("max_attempts", 10) if validated else 1,
         grader_model=plain(cfg.grader.model) if graded else None, limits=conf.limits)
 
 

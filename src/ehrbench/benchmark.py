@@ -85,10 +85,11 @@ class TrialSettings:
     user_model: dict | None = None            # a conf/model mapping (LLM users)
     user_strategy: str = "reflection"         # plain | verify | reflection
     user_temperature: float = 1.0
+    user_on_filter_failure: str = "end"       # end (the original: ###END###, scored) | rerun (infrastructure error)
     verifier_model: dict | None = None        # the LLM user's verifier and reflection (default: the user's model)
     validator_model: dict | None = None       # None: no simulation validator
     validator_samples: int = 1
-    max_reruns: int = 10                      # validator re-runs per trial
+    max_attempts: int = 10                    # simulation attempts per trial while the validator rejects (original: 10)
     grader_model: dict | None = None          # model-backed graders (rubrics), for benchmarks that have them
     limits: Limits = Limits()
 

@@ -130,7 +130,7 @@ class TrialLimits:
 class ValidatorOptions:
     """`conf/validator/*.yaml`: the simulation validator's sampling and re-runs."""
     samples: int = field(default=1, metadata=rule(int, low=1))
-    max_reruns: int = field(default=10, metadata=rule(int, low=0))
+    max_attempts: int = field(default=10, metadata=rule(int, low=1))
 
     def __post_init__(self):
         _check(self, "validator", "conf/validator/*.yaml")
@@ -143,6 +143,7 @@ class UserOptions:
     latency_s: float = field(default=0.0, metadata=rule(float, low=0))
     temperature: float = field(default=1.0, metadata=rule(float, low=0))
     strategy: str = field(default="reflection", metadata=rule(str, choices=("plain", "verify", "reflection")))
+    on_filter_failure: str = field(default="end", metadata=rule(str, choices=("end", "rerun")))
 
     def __post_init__(self):
         _check(self, "user", "conf/user/*.yaml")

@@ -73,7 +73,7 @@ async def _attempts(task, trial: int, hosts: Hosts, settings: TrialSettings, use
     users = users or LocalUsers()
     seed = trial_seed(task.key, trial)
     mistakes: list[str] = []
-    for rerun in range(settings.max_reruns + 1):
+    for rerun in range(settings.max_attempts):
         meter = UsageMeter()
         episode = bench.episode(task, trial, hosts, settings, meter, seed)
         user = await users.open(task, settings, seed + rerun, mistakes) if settings.user != "none" else None

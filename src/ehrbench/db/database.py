@@ -23,9 +23,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.pool import SingletonThreadPool
-from sqlalchemy.schema import CreateTable
 
-from .limits import QueryError, QueryLimits, QueryResult, fetch_bounded
+from .limits import QueryError, QueryLimits, QueryResult, QueryTimeout, fetch_bounded
+from .schema_text import TableShape, create_table_text
 
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 _BLOCKED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"}
@@ -41,8 +41,17 @@ _READ_ONLY_PRAGMAS = {"table_info", "table_xinfo", "table_list", "index_list", "
                       "foreign_key_list", "collation_list", "function_list", "database_list"}
 
 
+_WRITES = {"INSERT", "UPDATE", "DELETE", "ALTER TABLE", "a schema change (CREATE / DROP)"} | {
+    n.replace("_", " ") for n in _AUTHORIZER_ACTIONS if n.startswith(("CREATE", "DROP"))}
+
+
 class UnknownIdentifier(QueryError):
     pass
+
+
+def dbapi_error_text(sql: str, error: Exception, params: tuple | None = None) -> str:
+    """A SQLite error worded as the original harness shows it: SQLAlchemy's text, class, statement and link."""
+    return str(sa.exc.DBAPIError.instance(sql, params, error, sqlite3.Error))
 
 
 def _connect(path: Path, limits: QueryLimits) -> sqlite3.Connection:
@@ -114,21 +123,25 @@ class Database:
         return t.columns[column]
 
     def _table_info(self, table: str, sample_rows: int = 3) -> str:
-        """The CREATE TABLE statement rebuilt from the schema and `sample_rows` rows, as LangChain's SQLDatabase."""
-        t = self.table(table)
-        create = str(CreateTable(t).compile(self.engine)).rstrip()
+        """The table as column_search shows it (db/schema_text.py), read with the PRAGMAs the original uses."""
+        self.table(table)
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(t).limit(sample_rows)).fetchall()
-        header = "\t".join(c.name for c in t.columns)
-        body = "\n".join("\t".join(str(v)[:100] for v in row) for row in rows)
-        return f"{create}\n\n/*\n{sample_rows} rows from {table} table:\n{header}\n{body}\n*/"
+            run = lambda sql: conn.exec_driver_sql(sql).fetchall()  # noqa: E731
+            info = run(f'PRAGMA table_info("{table}")')             # cid, name, type, notnull, default, pk
+            shape = TableShape(table, [(r[1], r[2], bool(r[3])) for r in info],
+                               primary_key=[r[1] for r in sorted(info, key=lambda r: r[5]) if r[5]],
+                               foreign_keys=[(r[3], r[2], r[4]) for r in run(f'PRAGMA foreign_key_list("{table}")')])
+            for index in run(f'PRAGMA index_list("{table}")'):      # seq, name, unique, origin, partial
+                if index[3] == "u":
+                    shape.unique.append(run(f"PRAGMA index_info('{index[1]}')")[0][2])
+            rows = [tuple(r) for r in conn.execute(sa.select(self.table(table)).limit(sample_rows))]
+        return create_table_text(shape, rows)
 
     # --- values ------------------------------------------------------------------------------------------------
     def _substring_values(self, table: str, column: str, value: str, k: int = 100) -> list:
         col = self.column(table, column)
-        stmt = (sa.select(col).distinct().where(sa.func.lower(sa.cast(col, sa.Text)).contains(value.lower(),
-                                                                                            autoescape=True))
-                .where(col.is_not(None)).limit(k))
+        # As the original: LIKE '%value%' (its % and _ stay wildcards), case-insensitive for ASCII
+        stmt = sa.select(col).distinct().where(col.like(f"%{value}%")).where(col.is_not(None)).limit(k)
         with self.engine.connect() as conn:
             return [r[0] for r in conn.execute(stmt)]
 
@@ -138,8 +151,9 @@ class Database:
             return sorted(str(r[0]) for r in conn.execute(sa.select(col).distinct().where(col.is_not(None))))
 
     # --- agent SQL ---------------------------------------------------------------------------------------------
-    def _execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000, keep: int = 100) -> QueryResult:
-        """Run one read-only statement; keep the first `keep` rows, count the rest up to `count_cap`."""
+    def _execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000, keep: int = 100,
+                 sort_key=None) -> QueryResult:
+        """Run one read-only statement; keep the first `keep` rows (the smallest under `sort_key`), count the rest."""
         refused: list[str] = []
 
         def authorizer(action, arg1, arg2, dbname, source):
@@ -169,16 +183,21 @@ class Database:
             conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
             try:
                 cur = conn.execute(sql)
-                result = fetch_bounded(cur, keep, count_cap, self.limits)
+                if cur.description is None:      # an empty statement: SQLAlchemy's words in the original
+                    raise QueryError("This result object does not return rows. It has been closed automatically.")
+                result = fetch_bounded(cur, keep, count_cap, self.limits, sort_key)
                 cur.close()
                 return result
             except sqlite3.Error as e:
+                if refused and refused[0] in _WRITES:   # the original's immutable file says it this way
+                    raise QueryError(dbapi_error_text(sql, sqlite3.OperationalError(
+                        "attempt to write a readonly database"))) from None
                 if refused or "not authorized" in str(e):
                     what = refused[0] if refused else "this statement"
                     raise QueryError(f"query refused: the database is read-only and {what} is not allowed "
                                      f"(only SELECT / WITH queries may run)") from None
                 if "interrupted" in str(e) and time.monotonic() > deadline:
-                    raise QueryError(f"query exceeded the {timeout_s:g} s time limit and was stopped") from None
+                    raise QueryTimeout(f"query exceeded the {timeout_s:g} s time limit and was stopped") from None
                 if "too big" in str(e) or "user-defined function raised" in str(e):
                     raise QueryError(f"query stopped: a value would be larger than the {self.limits.max_value_bytes:,}"
                                      "-byte limit on one value; select a shorter part (substr)") from None
@@ -188,9 +207,9 @@ class Database:
                 if "out of memory" in str(e):
                     raise QueryError(f"query stopped: it needed more than the database's "
                                      f"{self.limits.max_heap_bytes:,}-byte memory limit") from None
-                raise QueryError(str(e)) from None
+                raise QueryError(dbapi_error_text(sql, e)) from None
             except (ValueError, sqlite3.Warning) as e:  # e.g. "You can only execute one statement at a time."
-                raise QueryError(str(e)) from None
+                raise QueryError(dbapi_error_text(sql, sqlite3.ProgrammingError(str(e)))) from None
         finally:
             try:
                 raw.driver_connection.set_authorizer(None)

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import duckdb
 
-from .limits import MemoryLimitError, QueryError, QueryLimits, QueryResult, fetch_bounded
+from .limits import MemoryLimitError, QueryError, QueryLimits, QueryResult, QueryTimeout, fetch_bounded
+from .schema_text import TableShape, create_table_text
 from .database import UnknownIdentifier
 
 
@@ -99,11 +100,9 @@ class DuckEngine(_Schema):
         return _quote(column)
 
     def table_info(self, table: str, sample_rows: int = 3) -> str:
-        columns = self.column_names(table)
-        create = f"CREATE TABLE {table} (\n\t" + ",\n\t".join(f"{c} {k}" for c, k in self.schema[table]) + "\n)"
+        self.column_names(table)
         rows = self.execute(f"SELECT * FROM {_quote(table)} LIMIT {int(sample_rows)}").rows
-        body = "\n".join("\t".join(str(v)[:100] for v in row) for row in rows)
-        return f"{create}\n\n/*\n{sample_rows} rows from {table} table:\n" + "\t".join(columns) + f"\n{body}\n*/"
+        return create_table_text(TableShape(table, [(c, k, False) for c, k in self.schema[table]]), rows)
 
     # --- values ------------------------------------------------------------------------------------------------
     def _substring_values(self, table: str, column: str, value: str, k: int = 100) -> list:
@@ -118,7 +117,8 @@ class DuckEngine(_Schema):
         return sorted(str(r[0]) for r in rows)
 
     # --- agent SQL ---------------------------------------------------------------------------------------------
-    def _execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000, keep: int = 100) -> QueryResult:
+    def _execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000, keep: int = 100,
+                 sort_key=None) -> QueryResult:
         conn = self._conn()
         try:
             statements = conn.extract_statements(sql)
@@ -135,9 +135,9 @@ class DuckEngine(_Schema):
         timer.start()
         try:
             cursor = conn.execute(sql)
-            return fetch_bounded(cursor, keep, count_cap, self.limits)
+            return fetch_bounded(cursor, keep, count_cap, self.limits, sort_key)
         except duckdb.InterruptException:
-            raise QueryError(f"query exceeded the {timeout_s:g} s time limit and was stopped") from None
+            raise QueryTimeout(f"query exceeded the {timeout_s:g} s time limit and was stopped") from None
         except (duckdb.OutOfMemoryException, MemoryError):
             raise MemoryLimitError(f"query stopped: it needed more than the database's "
                              f"{self.limits.max_heap_bytes:,}-byte memory limit") from None
@@ -147,7 +147,7 @@ class DuckEngine(_Schema):
             raise RuntimeError(f"DuckDB engine failed (not the query's fault): {e}") from None
         except duckdb.Error as e:
             if time.monotonic() - started >= timeout_s:
-                raise QueryError(f"query exceeded the {timeout_s:g} s time limit and was stopped") from None
+                raise QueryTimeout(f"query exceeded the {timeout_s:g} s time limit and was stopped") from None
             raise QueryError(str(e).splitlines()[0]) from None
         finally:
             timer.cancel()
@@ -190,8 +190,9 @@ class DuckDatabase(_Schema):
     def distinct_values(self, table: str, column: str) -> list[str]:
         return self.sandbox.call("distinct_values", table, column, deadline_s=600.0)
 
-    def _execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000, keep: int = 100) -> QueryResult:
-        return self.sandbox.call("execute", sql, timeout_s, count_cap, keep, deadline_s=timeout_s)
+    def _execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000, keep: int = 100,
+                 sort_key=None) -> QueryResult:
+        return self.sandbox.call("execute", sql, timeout_s, count_cap, keep, sort_key, deadline_s=timeout_s)
 
     def close(self) -> None:
         self.sandbox.close()

@@ -25,7 +25,7 @@ import traceback
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
-from .limits import MemoryLimitError, QueryError
+from .limits import MemoryLimitError, QueryError, QueryTimeout
 
 _GRACE_S = 10.0    # beyond a query's own deadline, for the engine to stop it itself
 _START_S = 120.0   # for a child to start and connect
@@ -115,7 +115,7 @@ class Sandbox:
         try:
             worker.conn.send((method, args, kwargs))
             if not worker.conn.poll(deadline_s + _GRACE_S):
-                raise self._retire(worker, QueryError(f"query exceeded the {deadline_s:g} s time limit and was "
+                raise self._retire(worker, QueryTimeout(f"query exceeded the {deadline_s:g} s time limit and was "
                                                       "stopped"))
             status, payload = worker.conn.recv()
         except (EOFError, OSError):

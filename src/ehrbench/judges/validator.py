@@ -10,39 +10,32 @@ assessment (`simulation_validity`) and a rejected attempt is re-run (`episode.ru
 from __future__ import annotations
 
 from ..episode import USER_ERROR
-from ..llm.base import ChatRequest
+from ..llm.base import ChatRequest, OutputSchema
 from ..llm.usage import MeteredModel
 from ..trial import Message, Termination, TrialRecord
 from .parsing import parse_json_object
 
 NO_ERROR = "no_error"
-
-
-def conversation_text(record: TrialRecord, user_label: str = "USER", agent_label: str = "DB AGENT") -> str:
-    lines = []
-    for m in record.messages:
-        if m["role"] == "user":
-            lines.append(f"[{user_label}]: {m['content']}")
-        elif m["role"] == "assistant" and not m.get("tool_call"):
-            lines.append(f"[{agent_label}]: {m['content']}")
-    return "\n".join(lines)
+VALIDATION_OUTPUT = OutputSchema("ValidationOutputFormat", ("explanation", "evidence", "broken_rule", "result"))
 
 
 class SimulationValidator:
-    def __init__(self, model: MeteredModel, system_prompt: str, samples: int = 1):
-        self.model, self.system, self.samples = model, system_prompt, samples
+    def __init__(self, model: MeteredModel, system_prompt: str, samples: int = 1, schema: OutputSchema | None = None):
+        self.model, self.system, self.samples, self.schema = model, system_prompt, samples, schema
 
     async def judge(self, prompt: str, record: TrialRecord) -> dict:
         """`prompt`: the benchmark's validator input, already filled with the conversation and the task."""
         if record.termination == Termination.MAX_STEPS.value:
             return {"result": NO_ERROR, "skipped": "agent reached the step limit"}
+        if record.termination == Termination.TIME_LIMIT.value:       # the original scores a timeout unvalidated
+            return {"result": NO_ERROR, "skipped": "agent reached the time limit"}
         if any(m["role"] == "assistant" and not m.get("tool_call") and not (m.get("content") or "").strip()
                for m in record.messages):
             return {"result": NO_ERROR, "skipped": "agent sent an empty message"}
         verdicts = []
         for _ in range(self.samples):
             text = (await self.model.complete(ChatRequest([Message("user", prompt)], system=self.system,
-                                                          temperature=0.0))).text
+                                                          temperature=0.0, response_schema=self.schema))).text
             verdict = parse_json_object(text) or {"result": NO_ERROR, "unparsed": (text or "")[:2000]}
             verdicts.append(verdict)
             if verdict.get("result") == USER_ERROR:

@@ -18,6 +18,7 @@ from .base import ChatModel, ChatRequest, ChatResponse
 def request_key(provider: str, model: str, request: ChatRequest) -> str:
     payload = {"provider": provider, "model": model, "system": request.system, "tools": request.tools,
                "temperature": request.temperature, "seed": request.seed, "max_tokens": request.max_tokens,
+               "response_schema": asdict(request.response_schema) if request.response_schema else None,
                "messages": [asdict(m) for m in request.messages]}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 

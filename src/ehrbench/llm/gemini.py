@@ -65,6 +65,9 @@ class GeminiModel(ChatModel):
             config.tools = [types.Tool(function_declarations=[
                 types.FunctionDeclaration(name=t["name"], description=t.get("description"),
                                           parameters_json_schema=t.get("parameters")) for t in request.tools])]
+        if request.response_schema:
+            config.response_mime_type = "application/json"
+            config.response_json_schema = request.response_schema.json_schema()
         if self.thinking_budget is not None:
             config.thinking_config = types.ThinkingConfig(thinking_budget=self.thinking_budget)
         try:

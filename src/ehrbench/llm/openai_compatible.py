@@ -56,6 +56,10 @@ class OpenAICompatibleModel(ChatModel):
         if request.tools:
             kwargs["tools"] = [{"type": "function", "function": t} for t in request.tools]
             kwargs["parallel_tool_calls"] = False
+        if request.response_schema:
+            schema = request.response_schema
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": schema.name, "schema": schema.json_schema(), "strict": True}}
         temperature = request.temperature if self.supports_temperature else None
         for key, value in (("temperature", temperature), ("seed", request.seed),
                            ("max_completion_tokens", request.max_tokens)):

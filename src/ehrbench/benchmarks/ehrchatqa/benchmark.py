@@ -7,19 +7,20 @@ from pathlib import Path
 
 from ...agents.tool_calling import ToolCallingAgent
 from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TrialSettings
-from ...judges.validator import SimulationValidator, conversation_text
+from ...judges.validator import VALIDATION_OUTPUT, SimulationValidator
 from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...scoreboard import group_rewards, pass_k_curves, pass_k_table
 from ...trial import TrialRecord
-from ...users.llm_user import LLMUser, UserPrompts
-from .prompts import AGENT_GREETING, END_TOKEN, agent_system_prompt, mistakes_block, prompts, user_system_prompt
+from ...users.llm_user import LLMUser
+from .prompts import (AGENT_GREETING, agent_system_prompt, prompts, user_prompts, user_system_prompt,
+                      validator_conversation)
 from .reference_agent import ReferenceAgent
-from .scorer import adapt_reward, incre_reward
+from .scorer import MAX_ROWS, adapt_reward, comparable_row, incre_reward
 from .scripted_user import ScriptedUser
 from .tasks import DB_IDS, TASK_TYPES, Task, load_task_dir
-from .tools import TOOL_SCHEMAS, DatabaseLike, ToolSuite
+from .tools import DatabaseLike, ToolSuite, tool_schemas
 from .web_search import BACKENDS, web_search_backend
 
 # Paper appendix A.2: text columns pre-indexed for value_similarity_search.
@@ -42,7 +43,7 @@ async def score(task: Task, record: TrialRecord, db: DatabaseLike, sql_timeout_s
     """IncreQA re-executes every sql_execute query of the trajectory; AdaptQA reads the agent's <answer>."""
     if task.task_type == "incre":
         async def rows(sql: str) -> list[tuple]:
-            return (await db.execute(sql, timeout_s=sql_timeout_s, keep=100)).rows
+            return (await db.execute(sql, sql_timeout_s, 1_000_000, MAX_ROWS, comparable_row)).rows
         queries = [args.get("query", "") for args in record.tool_arguments("sql_execute")]
         return await incre_reward(queries, task.gold_answer, rows)
     return adapt_reward(record.agent_texts(), task.gold_answer)
@@ -89,15 +90,15 @@ class EhrChatQA(Benchmark):
                                    ScriptedCall("agent", meter, settings.agent_latency_s))
         else:
             agent = ToolCallingAgent(settings.model_for("agent", meter), agent_system_prompt(task.db_id, task.task_type),
-                                     TOOL_SCHEMAS, temperature=0.0, seed=seed)
+                                     tool_schemas(INDEXED_COLUMNS[task.db_id]), temperature=0.0, seed=seed)
         validate = None
         if settings.validator_model:
             validator = SimulationValidator(settings.model_for("validator", meter), prompts()["validator_system"],
-                                            settings.validator_samples)
+                                            settings.validator_samples, schema=VALIDATION_OUTPUT)
 
             async def validate(record: TrialRecord) -> dict:
                 prompt = prompts()["validator_input"].format(user_system_prompt=user_system_prompt(task.instruction),
-                                                             conversation=conversation_text(record),
+                                                             conversation=validator_conversation(record.messages),
                                                              gold_sql=task.gold_sql)
                 return await validator.judge(prompt, record)
         return Episode(tools, agent, score=lambda record: score(task, record, db, timeout), greeting=AGENT_GREETING,
@@ -106,13 +107,11 @@ class EhrChatQA(Benchmark):
     def user(self, task: Task, settings: TrialSettings, meter: UsageMeter, seed: int, mistakes: list[str]):
         if settings.user == "scripted":
             return ScriptedUser(task.instruction, seed, ScriptedCall("user", meter, settings.user_latency_s))
-        p = prompts()
-        return LLMUser(settings.model_for("user", meter),
-                       UserPrompts(system=user_system_prompt(task.instruction), verifier=p["verifier"],
-                                   reflection=p["reflection"], mistakes_block=mistakes_block, stop_token=END_TOKEN),
+        return LLMUser(settings.model_for("user", meter), user_prompts(task.instruction),
                        strategy=settings.user_strategy, verifier=settings.model_for("verifier", meter),
                        reflection=settings.model_for("reflection", meter), mistakes=mistakes,
-                       temperature=settings.user_temperature, seed=seed)
+                       temperature=settings.user_temperature, seed=seed,
+                       on_filter_failure=settings.user_on_filter_failure)
 
     # --- results -----------------------------------------------------------------------------------------------
     def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:
@@ -157,7 +156,8 @@ class EhrChatQA(Benchmark):
         p = prompts()
         out = {f"ehrchatqa.agent_system.{db}.{flow}": agent_system_prompt(db, flow)
                for db in self.options["databases"] for flow in self.options["flows"]}
-        out.update({"ehrchatqa.user_system": p["user_system"], "ehrchatqa.user_verifier": p["verifier"],
-                    "ehrchatqa.user_reflection": p["reflection"], "ehrchatqa.validator_system": p["validator_system"],
+        out.update({"ehrchatqa.user_system": p["user_system"], "ehrchatqa.user_verifier": p["verifier_system"],
+                    "ehrchatqa.user_reflection": p["reflection_system"],
+                    "ehrchatqa.user_supervisor_input": p["supervisor_input"], "ehrchatqa.validator_system": p["validator_system"],
                     "ehrchatqa.validator_input": p["validator_input"]})
         return out
