@@ -12,8 +12,10 @@ HOSTILE = ["INSERT INTO demographics VALUES (1, 1, 'm', 'x', NULL)", "UPDATE dem
 
 @pytest.mark.parametrize("sql", HOSTILE)
 def test_writes_and_escapes_are_refused(dbs, sql):
+    """Writes read as the original's immutable file answers them; the other escapes name what was refused."""
     db = dbs["mimic_iv_star"]
-    with pytest.raises(QueryError, match="refused"):
+    writes = sql.split()[0] in ("INSERT", "UPDATE", "DELETE", "DROP", "ALTER", "CREATE")
+    with pytest.raises(QueryError, match="attempt to write a readonly database" if writes else "refused"):
         db.execute(sql)
     assert db.execute("SELECT COUNT(*) FROM demographics").rows == [(100,)]
 
@@ -43,7 +45,7 @@ def test_results_are_cached_but_failures_and_timeouts_never_are(db_paths):
     for _ in range(2):   # timed out twice: ran twice, the second time not answered from a cache
         with pytest.raises(QueryError, match="time limit"):
             db.execute(runaway, timeout_s=0.3)
-    with pytest.raises(QueryError, match="refused"):
+    with pytest.raises(QueryError, match="attempt to write a readonly database"):
         db.execute("DELETE FROM demographics")
     assert db.execute.cache_info().currsize == 1
 
@@ -71,11 +73,12 @@ def test_giant_values_and_results_are_stopped_with_the_limit_named_and_memory_bo
 
 
 def test_counting_a_long_result_of_wide_values_holds_one_row_at_a_time(dbs):
-    """15,562 rows of 0.9 MB each are 14 GB: counted, not held."""
+    """Some 14,000 rows of 0.9 MB each are 13 GB: counted, not held."""
     db = dbs["mimic_iv_star"]
+    [(n_rows,)] = db.execute("SELECT COUNT(*) FROM labresults").rows
     before = _peak_rss_mb()
     result = db.execute("SELECT printf('%.*c', 900000, 'x') FROM labresults", timeout_s=30.0, keep=2)
-    assert len(result.rows) == 2 and result.total == 15_562 and _peak_rss_mb() - before < 300
+    assert n_rows > 10_000 and len(result.rows) == 2 and result.total == n_rows and _peak_rss_mb() - before < 300
 
 
 def test_read_only_introspection_is_allowed_and_setting_pragmas_is_refused_by_name(dbs):
@@ -84,10 +87,9 @@ def test_read_only_introspection_is_allowed_and_setting_pragmas_is_refused_by_na
     assert ("patientid",) in columns
     with pytest.raises(QueryError, match="PRAGMA writable_schema is not allowed"):
         db.execute("PRAGMA writable_schema = 1")
-    with pytest.raises(QueryError, match="a schema change \\(CREATE / DROP\\) is not allowed"):
-        db.execute("CREATE TABLE x (a)")
-    with pytest.raises(QueryError, match="a schema change \\(CREATE / DROP\\) is not allowed"):
-        db.execute("DROP TABLE demographics")
+    for schema_change in ("CREATE TABLE x (a)", "DROP TABLE demographics"):   # worded as the original's file says
+        with pytest.raises(QueryError, match="attempt to write a readonly database"):
+            db.execute(schema_change)
     with pytest.raises(QueryError, match="is not allowed|may not be modified"):
         db.execute("UPDATE sqlite_master SET sql = ''")
     with pytest.raises(QueryError, match="more than 200 columns"):

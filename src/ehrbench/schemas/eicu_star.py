@@ -78,6 +78,25 @@ def drug_string(drug: Drug, dose: float) -> str:
     return f"{drug.name}{brand} {strength} {FORM_TEXT[drug.form]}"
 
 
+def condition_string(condition, seed: int, hosp_id: int) -> str:
+    """The diagnosis string a site writes: the plain name or one of its qualified forms (eICU's "<condition> -
+    <qualifier>"), fixed per hospital stay and condition, so one stay never lists a condition twice."""
+    names = condition.eicu_names
+    pick = hashlib.sha256(f"{seed}/{hosp_id}/{condition.key}".encode()).digest()[0]
+    return names[0] if pick < 102 or len(names) == 1 else names[1 + pick % (len(names) - 1)]
+
+
+def drug_treatments(orders) -> list[tuple]:
+    """The treatment rows eICU charts for drugs given (antibacterials, sedation, vasopressors, prophylaxis, ...):
+    one per treatment string per stay, at the first order that earns it."""
+    v, seen = vocabulary(), {}
+    for m in sorted(orders, key=lambda m: (m.start, m.drug)):
+        name = v.eicu_treatment(m.drug)
+        if name and name not in seen:
+            seen[name] = m.start
+    return sorted((t, name) for name, t in seen.items())
+
+
 def _dotted(code: str) -> str:
     """ICD codes as eICU writes them: a dot after the category ("401.9", "e888.9", "i50.9")."""
     head = 4 if code.startswith("e") and code[1:].isdigit() else 3
@@ -117,9 +136,10 @@ def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
                     weight_discharge=round(s.weight_kg - 0.8, 1), hospital_admit_time=fmt_time(a.admit),
                     hospital_admission_source=_hospital_source(a.admit_source), unit_admit_time=fmt_time(s.intime),
                     unit_discharge_time=fmt_time(s.outtime), hospital_discharge_time=fmt_time(a.discharge),
-                    hospital_discharge_status="expired" if a.died else "alive")
+                    hospital_discharge_status=None if a.current else "expired" if a.died else "alive")
                 for vt in sorted({e.time for e in s.vitals if e.vital != "weight"}):
-                    vals = {v.vitals[e.vital]["eicu"]: e.value for e in s.vitals if e.time == vt and e.vital != "weight"}
+                    vals = {v.vitals[e.vital]["eicu"]: e.value for e in s.vitals
+                            if e.time == vt and v.vitals[e.vital]["eicu"]}
                     add("vital_signs", unit_id=uid, **vals, vital_time=fmt_time(vt))
                 for f in s.fluids:
                     spec = (v.inputs if f.direction == "intake" else v.outputs)[f.item]
@@ -131,13 +151,17 @@ def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
                 cost_amount=seeded_amount(world.seed, "eicu/" + kind, eid, mean))
             for d in a.diagnoses:
                 c = v.conditions[d.key]
-                cid = add("condition", unit_id=first_uid, condition_name=c.eicu, condition_time=fmt_time(d.time),
+                cid = add("condition", unit_id=first_uid, condition_name=condition_string(c, world.seed, hosp),
+                          condition_time=fmt_time(d.time),
                           icd9_code=f"{_dotted(c.icd9.lower())}, {_dotted(c.icd10.lower())}")
                 cost("condition", cid, d.time, 25.0)
             for e in a.procedures:
                 proc = v.procedures[e.key]
                 tid = add("treatment", unit_id=first_uid, treatment_name=proc.eicu, treatment_time=fmt_time(e.time))
                 cost("treatment", tid, e.time, proc.cost)
+            for when, name in drug_treatments(a.medications):
+                tid = add("treatment", unit_id=first_uid, treatment_name=name, treatment_time=fmt_time(when))
+                cost("treatment", tid, when, 60.0)
             for e in a.labs:
                 lid = add("lab", unit_id=first_uid, lab_name=v.labs[e.lab]["eicu"], lab_result=e.value,
                           lab_result_time=fmt_time(e.time))

@@ -179,7 +179,8 @@ def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
             for unit, tin, tout in a.wards:
                 if unit != "emergency department":
                     moves.append(("admit" if not moves else "transfer", unit, tin, tout))
-            moves.append(("discharge", None, a.discharge, None))
+            if a.discharge is not None:                  # a patient still in the hospital has no discharge yet
+                moves.append(("discharge", None, a.discharge, None))
             for kind, unit, tin, tout in moves:
                 add("patienttransfers", **base, transferid=next(transfer_ids), transfertype=kind, careunit=unit,
                     transferindatetime=fmt_time(tin), transferoutdatetime=fmt_time(tout))

@@ -11,11 +11,10 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .model import (Admission, CodedEvent, FluidEvent, Hospital, IcuStay, LabEvent, MedicationOrder, MicroEvent,
-                    Patient, VitalEvent, World)
+from .model import (NOW, Admission, CodedEvent, FluidEvent, Hospital, IcuStay, LabEvent, MedicationOrder,
+                    MicroEvent, Patient, VitalEvent, World)
 from .vocab import Vocabulary, vocabulary
 
-NOW = datetime(2100, 12, 31, 23, 59, 0)
 YEAR_START = datetime(2100, 1, 1)
 
 
@@ -45,6 +44,10 @@ def _minute(t: datetime) -> datetime:
     return t.replace(second=0, microsecond=0)
 
 
+# Share of patients in the hospital now (MIMIC site; eICU sites, whose ICU census is a smaller share of patients).
+CURRENT_SHARE = {True: 0.1, False: 0.05}
+
+
 class _PatientBuilder:
     """Builds one patient with its own RNG; kept as a class so each step reads as one short method."""
 
@@ -56,7 +59,7 @@ class _PatientBuilder:
     def build(self) -> Patient:
         rng, v = self.rng, self.v
         age0 = int(rng.triangular(18, 91, 70))
-        first_admit = YEAR_START + timedelta(days=rng.uniform(3, 300), hours=rng.uniform(0, 23))
+        first_admit = YEAR_START + timedelta(days=rng.uniform(0, 362), hours=rng.uniform(0, 23))
         dob = datetime(first_admit.year - age0, rng.randint(1, 12), rng.randint(1, 28))
         older = min(1.6, max(0.5, age0 / 55))
         conditions = [c.key for c in v.conditions.values()
@@ -83,18 +86,32 @@ class _PatientBuilder:
                 patient.dod = adm.discharge.replace(hour=0, minute=0)
                 break
             t = adm.discharge + timedelta(days=rng.uniform(5, 120))
+        self._current_admission(patient)
         return patient
 
+    def _current_admission(self, p: Patient) -> None:
+        """Some patients are in the hospital now: admitted in the last days (a third within the last day), with
+        events up to the minute and no discharge yet."""
+        rng = self.rng
+        if p.dod is not None or rng.random() >= CURRENT_SHARE[self.mimic]:
+            return
+        hours = rng.uniform(1, 22) if rng.random() < 0.35 else rng.uniform(22, 150)
+        admit = _minute(NOW - timedelta(hours=hours))
+        if p.admissions and p.admissions[-1].discharge > admit - timedelta(days=2):
+            return
+        p.admissions.append(self._admission(p, admit, None, last=False))
+
     # --- one hospital stay -------------------------------------------------------------------------------
-    def _admission(self, p: Patient, admit: datetime, discharge: datetime, last: bool) -> Admission:
+    def _admission(self, p: Patient, admit: datetime, discharge: datetime | None, last: bool) -> Admission:
         rng, v, h = self.rng, self.v, self.v.hospital
         acute = [c.key for c in v.conditions.values() if c.acute and rng.random() < c.prevalence * 1.2]
         present = list(dict.fromkeys(p.conditions + acute))
         died = last and rng.random() < (0.12 if {"sepsis", "respiratory failure"} & set(acute) else 0.02)
+        destination = "died" if died else _weighted(rng, h["discharge_destinations"])
         adm = Admission(
             admit=admit, discharge=discharge,
             admission_type=_weighted(rng, h["admission_types"]), admit_source=_weighted(rng, h["admit_sources"]),
-            discharge_destination="died" if died else _weighted(rng, h["discharge_destinations"]),
+            discharge_destination=destination if discharge is not None else None,
             insurance=_weighted(rng, h["insurance"]), language=_weighted(rng, h["languages"]),
             marital=None if rng.random() < 0.05 else _weighted(rng, h["marital"]),
             age=admit.year - p.dob.year - ((admit.month, admit.day) < (p.dob.month, p.dob.day)),
@@ -117,7 +134,7 @@ class _PatientBuilder:
         return adm
 
     def _during(self, adm: Admission, start_frac: float = 0.0, end_frac: float = 1.0) -> datetime:
-        span = (adm.discharge - adm.admit).total_seconds()
+        span = (adm.end - adm.admit).total_seconds()
         return _minute(adm.admit + timedelta(seconds=self.rng.uniform(start_frac, end_frac) * span))
 
     def _procedures(self, adm: Admission, coded: set[str]) -> None:
@@ -141,7 +158,8 @@ class _PatientBuilder:
 
     def _labs(self, adm: Admission, coded: set[str], acute: list[str]) -> None:
         rng, v = self.rng, self.v
-        days = max(1, min(8, (adm.discharge - adm.admit).days + 1))
+        days = max(1, min(8, (adm.end - adm.admit).days + 1))
+        first_day = max(0, (adm.end - adm.admit).days + 1 - days)     # the latest days of a long current stay
         extra = {lab for key in coded for lab in v.conditions[key].labs}
         for lab in v.labs:
             if lab in v.routine_labs:
@@ -151,9 +169,9 @@ class _PatientBuilder:
             else:
                 draws = 1 if rng.random() < 0.12 else 0
             for d in range(draws):
-                t = adm.admit + timedelta(days=d, hours=rng.uniform(1, 20))
-                if t >= adm.discharge:
-                    t = adm.discharge - timedelta(hours=rng.uniform(0.5, 3))
+                t = adm.admit + timedelta(days=first_day + d, hours=rng.uniform(1, 20))
+                if t >= adm.end:
+                    t = adm.end - timedelta(hours=rng.uniform(0.5, 3))
                 adm.labs.append(LabEvent(lab, _minute(t), self._lab_value(lab, coded, d / max(1, days - 1))))
         adm.labs.sort(key=lambda e: (e.time, e.lab))
 
@@ -169,7 +187,8 @@ class _PatientBuilder:
             drug = v.drugs[name]
             for _ in range(rng.choice([1, 1, 1, 2, 3])):
                 start = self._during(adm, 0.0, 0.8).replace(minute=0)
-                end = min(adm.discharge, start + timedelta(hours=rng.choice([12, 24, 36, 48, 72, 96])))
+                end = start + timedelta(hours=rng.choice([12, 24, 36, 48, 72, 96]))
+                end = end if adm.current else min(adm.discharge, end)     # a current order may run past now
                 adm.medications.append(MedicationOrder(name, start, _minute(end), rng.choice(drug.doses)))
         adm.medications.sort(key=lambda m: (m.start, m.drug))
 
@@ -193,49 +212,113 @@ class _PatientBuilder:
         else:
             first = rng.choice(units)
         intime = self._during(adm, 0.0, 0.3)
-        outtime = min(adm.discharge - timedelta(hours=2), intime + timedelta(hours=rng.uniform(20, 120)))
-        outtime = _minute(max(outtime, intime + timedelta(hours=6)))
+        planned = intime + timedelta(hours=rng.uniform(20, 120))
+        if adm.current and (planned > NOW - timedelta(hours=2) or rng.random() < 0.5):
+            outtime = None                                   # still in the unit now
+        else:
+            outtime = _minute(max(min(adm.end - timedelta(hours=2), planned), intime + timedelta(hours=6)))
         stay = IcuStay(first, first if rng.random() < 0.85 else rng.choice(units), intime, outtime,
                        height_cm=round(rng.gauss(170, 9), 0), weight_kg=round(rng.gauss(80, 16), 1))
+        end = outtime or NOW
+        sick = bool({"sepsis", "respiratory failure"} & coded)
+        stay.arterial_line = rng.random() < v.icu_procedures["arterial line"] + (0.35 if sick else 0.0)
+        self._vitals(stay, coded, end)
+        self._bedside(adm, stay, coded, end)
+        self._fluids(stay, coded, end)
+        return stay
+
+    def _vitals(self, stay: IcuStay, coded: set[str], end: datetime) -> None:
+        """Charted every 2 hours over (at most) the last 72 hours of the stay; a current stay up to the minute."""
+        rng, v = self.rng, self.v
         vital_mult = {}
         for key in sorted(coded):
             for vit, m in v.conditions[key].vitals.items():
                 vital_mult[vit] = vital_mult.get(vit, 1.0) * m
-        t = intime
-        while t < outtime and t < intime + timedelta(hours=72):
-            for vit, spec in v.vitals.items():
-                if vit == "weight":
-                    continue
+        charted = [k for k, spec in v.vitals.items()
+                   if k != "weight" and (stay.arterial_line or not spec.get("arterial"))]
+        times = []
+        t = stay.intime if stay.outtime is not None else max(stay.intime, end - timedelta(hours=72))
+        window_end = min(end, t + timedelta(hours=72))
+        while t < window_end:
+            times.append(t)
+            t += timedelta(hours=2)
+        if stay.outtime is None:
+            times.append(_minute(NOW - timedelta(minutes=rng.uniform(1, 50))))
+        for t in times:
+            for vit in charted:
+                spec = v.vitals[vit]
                 mean = spec["mean"] * vital_mult.get(vit, 1.0)
                 value = round(rng.gauss(mean, spec["sd"]), spec["decimals"])
                 if vit == "spo2":
                     value = min(100.0, value)
                 stay.vitals.append(VitalEvent(vit, t, value))
-            t += timedelta(hours=2)
-        stay.vitals.append(VitalEvent("weight", intime, stay.weight_kg))
+        stay.vitals.append(VitalEvent("weight", stay.intime, stay.weight_kg))
+
+    def _bedside(self, adm: Admission, stay: IcuStay, coded: set[str], end: datetime) -> None:
+        """The ICU's everyday layer, whatever the diagnoses: lines, taps and scopes, sedation, analgesia, cover."""
+        rng, v = self.rng, self.v
+        span = max(60.0, (end - stay.intime).total_seconds())
+        at = lambda: _minute(stay.intime + timedelta(seconds=rng.uniform(0.02, 0.9) * span))  # noqa: E731
+        if stay.arterial_line:
+            adm.procedures.append(CodedEvent("arterial line", _minute(stay.intime + timedelta(minutes=40))))
+        for key, prob in v.icu_procedures.items():
+            if key != "arterial line" and rng.random() < prob:
+                adm.procedures.append(CodedEvent(key, at()))
+        adm.procedures.sort(key=lambda e: (e.time, e.key))
+        for name, prob in v.icu_drugs.items():
+            if rng.random() < prob:
+                start = at().replace(minute=0)
+                stop = start + timedelta(hours=rng.choice([6, 12, 24, 48]))
+                stop = stop if adm.current else min(adm.end, stop)
+                adm.medications.append(MedicationOrder(name, start, _minute(stop), rng.choice(v.drugs[name].doses)))
+        adm.medications.sort(key=lambda m: (m.start, m.drug))
+
+    def _fluids(self, stay: IcuStay, coded: set[str], end: datetime) -> None:
+        rng, v = self.rng, self.v
         drips = ["nacl", "d5w", "lr", "kcl", "po_intake"]
         if "sepsis" in coded:
             drips.append("norepinephrine")
         if "respiratory failure" in coded:
-            drips.append("propofol")
-        if "gastrointestinal bleeding" in coded or "sepsis" in coded:
+            drips += ["propofol", "fentanyl", "midazolam"]
+        if {"gastrointestinal bleeding", "sepsis"} & coded:
             drips.append("albumin")
-        t = intime + timedelta(hours=1)
-        while t < outtime:
+        if {"pulmonary embolism", "deep vein thrombosis"} & coded or rng.random() < 0.05:
+            drips.append("heparin drip")
+        if (end - stay.intime) > timedelta(hours=48) and rng.random() < 0.5:
+            drips.append("enteral")
+        t = stay.intime + timedelta(hours=1)
+        while t < end:
             item = rng.choice(drips)
             spec = v.inputs[item]
             stay.fluids.append(FluidEvent(item, t, round(max(5.0, rng.gauss(spec["mean"], spec["sd"])), 0), "intake"))
             out = "foley" if rng.random() < 0.7 else rng.choice(["void", "stool", "chest_tube"])
             spec = v.outputs[out]
-            stay.fluids.append(FluidEvent(out, t + timedelta(minutes=30),
-                                          round(max(5.0, rng.gauss(spec["mean"], spec["sd"])), 0), "output"))
+            if t + timedelta(minutes=30) < end:
+                stay.fluids.append(FluidEvent(out, t + timedelta(minutes=30),
+                                              round(max(5.0, rng.gauss(spec["mean"], spec["sd"])), 0), "output"))
             t += timedelta(hours=rng.choice([3, 4, 6]))
-        return stay
+        # Blood products, as units given when the patient bleeds or is anaemic (and now and then otherwise).
+        span = max(60.0, (end - stay.intime).total_seconds())
+        bleeding = {"gastrointestinal bleeding", "anemia"} & coded
+        for item, prob in (("prbc", 0.7 if bleeding else 0.12), ("ffp", 0.3 if "gastrointestinal bleeding" in coded
+                                                                else 0.05),
+                           ("platelets", 0.25 if "sepsis" in coded else 0.04), ("cryo", 0.02)):
+            if rng.random() < prob:
+                for _ in range(rng.choice([1, 1, 2, 3])):
+                    spec = v.inputs[item]
+                    when = _minute(stay.intime + timedelta(seconds=rng.uniform(0.05, 0.95) * span))
+                    stay.fluids.append(FluidEvent(item, when, round(rng.gauss(spec["mean"], spec["sd"]), 0), "intake"))
+        stay.fluids.sort(key=lambda f: (f.time, f.item))
 
     def _wards(self, adm: Admission) -> None:
         rng, wards = self.rng, self.v.hospital["wards"]
         if adm.admit_source == "emergency room":
-            adm.wards.append(("emergency department", adm.admit, adm.admit + timedelta(hours=rng.uniform(2, 8))))
+            leave = _minute(adm.admit + timedelta(hours=rng.uniform(2, 8)))
+            adm.wards.append(("emergency department", adm.admit, leave if leave < adm.end else None))
+        if adm.icu_stays and adm.icu_stays[-1].outtime is None:
+            return                                       # still in the ICU: no ward stay after it yet
+        if adm.wards and adm.wards[-1][2] is None:
+            return                                       # still in the emergency department
         ward = rng.choice(wards)
         start = adm.icu_stays[-1].outtime if adm.icu_stays else (adm.wards[-1][2] if adm.wards else adm.admit)
         adm.wards.append((ward, _minute(start), adm.discharge))

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+NOW = datetime(2100, 12, 31, 23, 59, 0)       # the benchmark's present; questions say "today" of it
+
 
 @dataclass
 class LabEvent:
@@ -53,20 +55,21 @@ class IcuStay:
     first_unit: str
     last_unit: str
     intime: datetime
-    outtime: datetime
+    outtime: datetime | None            # None: still in the unit now
     vitals: list[VitalEvent] = field(default_factory=list)
     fluids: list[FluidEvent] = field(default_factory=list)
     height_cm: float = 170.0
     weight_kg: float = 80.0
+    arterial_line: bool = False         # invasive arterial pressure is charted
 
 
 @dataclass
 class Admission:
     admit: datetime
-    discharge: datetime
+    discharge: datetime | None          # None: still in the hospital now
     admission_type: str
     admit_source: str
-    discharge_destination: str
+    discharge_destination: str | None
     insurance: str
     language: str
     marital: str | None
@@ -79,8 +82,17 @@ class Admission:
     medications: list[MedicationOrder] = field(default_factory=list)
     micro: list[MicroEvent] = field(default_factory=list)
     icu_stays: list[IcuStay] = field(default_factory=list)
-    wards: list[tuple[str, datetime, datetime]] = field(default_factory=list)
+    wards: list[tuple[str, datetime, datetime | None]] = field(default_factory=list)
     allergies: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def current(self) -> bool:
+        return self.discharge is None
+
+    @property
+    def end(self) -> datetime:
+        """When the stay's record ends: the discharge, or now for a patient still in the hospital."""
+        return self.discharge or NOW
 
 
 @dataclass

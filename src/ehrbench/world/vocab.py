@@ -25,6 +25,11 @@ class Condition:
     eicu: str
     lay: tuple[str, ...]
     prevalence: float
+    eicu_variants: tuple[str, ...] = ()     # qualified eICU strings for the same condition
+
+    @property
+    def eicu_names(self) -> tuple[str, ...]:
+        return (self.eicu,) + self.eicu_variants
     acute: bool = False
     labs: dict = field(default_factory=dict)
     vitals: dict = field(default_factory=dict)
@@ -62,7 +67,8 @@ class Vocabulary:
         cond = _load("conditions.yaml")
         self.conditions: dict[str, Condition] = {
             k: Condition(key=k, icd9=v["icd9"], icd10=v["icd10"], eicu=v["eicu"], lay=tuple(v["lay"]),
-                         prevalence=v["prevalence"], acute=v.get("acute", False), labs=v.get("labs", {}),
+                         prevalence=v["prevalence"], eicu_variants=tuple(v.get("eicu_variants", [])),
+                         acute=v.get("acute", False), labs=v.get("labs", {}),
                          vitals=v.get("vitals", {}), drug_classes=tuple(v.get("drug_classes", [])),
                          procedures=v.get("procedures", {}), micro=v.get("micro"),
                          related=tuple(v.get("related", [])))
@@ -83,6 +89,7 @@ class Vocabulary:
             for k, v in drugs["drugs"].items()
         }
         self.routine_drugs: list[str] = drugs["routine_drugs"]
+        self.icu_drugs: dict[str, float] = drugs["icu_drugs"]
         procs = _load("procedures.yaml")
         self.procedures: dict[str, Procedure] = {
             k: Procedure(key=k, icd9=tuple(v["icd9"]), icd10=tuple(v["icd10"]), eicu=v["eicu"],
@@ -90,6 +97,7 @@ class Vocabulary:
             for k, v in procs["procedures"].items()
         }
         self.extra_procedure_codes: list[tuple[str, int, str]] = [tuple(x) for x in procs["extra"]]
+        self.icu_procedures: dict[str, float] = procs["icu_procedures"]
         self.hospital: dict = _load("hospital.yaml")
         self._check()
 
@@ -107,9 +115,18 @@ class Vocabulary:
                 assert k in self.conditions, f"conditions.yaml: {c.key}.related names unknown condition {k!r}"
         for d in self.drugs.values():
             assert d.drug_class in self.drug_classes, f"drugs.yaml: {d.name} has unknown class {d.drug_class!r}"
+        for name in self.icu_drugs:
+            assert name in self.drugs, f"drugs.yaml: icu_drugs names unknown drug {name!r}"
+        for key in self.icu_procedures:
+            assert key in self.procedures, f"procedures.yaml: icu_procedures names unknown procedure {key!r}"
 
     def drugs_in_class(self, drug_class: str) -> list[Drug]:
         return [d for d in self.drugs.values() if d.drug_class == drug_class]
+
+    def eicu_treatment(self, drug: str) -> str | None:
+        """The eICU treatment string for giving this drug (by its class), or None when eICU charts none."""
+        template = self.drug_classes[self.drugs[drug].drug_class].get("eicu_treatment")
+        return template.format(drug=drug) if template else None
 
     def brand_to_generic(self) -> dict[str, str]:
         return {b: d.name for d in self.drugs.values() for b in d.brands}

@@ -113,7 +113,7 @@ def render_answer(rows: list[tuple]) -> list[list]:
             elif isinstance(v, int):
                 vals.append(words(v))
             elif isinstance(v, float):
-                vals.append(f"{round(v, 4):g}" if abs(v) < 1e15 else str(v))
+                vals.append(str(round(v, 4)))      # every digit the 4-place rounding keeps ("%g" would drop some)
             else:
                 vals.append(str(v))
         out.append(vals)

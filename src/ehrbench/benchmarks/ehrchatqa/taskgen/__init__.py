@@ -25,9 +25,9 @@ MINIMUM = {"incre": 140, "adapt": 40}
 
 
 def _usable(rows: list[tuple]) -> bool:
-    """Non-empty, not all NULL, not a bare zero (under the lenient IncreQA rule any failed COUNT would match it),
-    and short enough to read back."""
-    if not rows or len(rows) > 30 or all(not r or r[0] is None for r in rows):
+    """Non-empty, no NULL in the first column (the original's rules can never match a gold holding None), not a
+    bare zero (under the lenient IncreQA rule any failed COUNT would match it), and short enough to read back."""
+    if not rows or len(rows) > 30 or any(not r or r[0] is None for r in rows):
         return False
     return not (len(rows) == 1 and rows[0][0] in (0, 0.0, "0"))
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ....schemas.eicu_star import shows_brand
-from .common import Context, present_unless, q
+from .common import Context, in_list, present_unless, q
 
 NOW = "'2100-12-31 23:59:00'"
 PRESCRIBED = "FROM prescription m JOIN icupatient p ON m.unit_id = p.unit_id WHERE p.patient_id = {pid}"
@@ -43,7 +43,7 @@ class EicuTasks:
     coding_note = ""
 
     def condition_names(self, ctx: Context, key: str) -> set[str]:
-        return {ctx.vocab.conditions[key].eicu}
+        return set(ctx.vocab.conditions[key].eicu_names)     # the plain name and its qualified forms
 
     def procedure_names(self, ctx: Context, key: str) -> set[str]:
         return {ctx.vocab.procedures[key].eicu}
@@ -51,14 +51,14 @@ class EicuTasks:
     # --- IncreQA ---------------------------------------------------------------------------------------------------
     def present_conditions(self, ctx):
         names = set(ctx.column("SELECT DISTINCT condition_name FROM condition"))
-        return [k for k, c in ctx.vocab.conditions.items() if c.eicu in names]
+        return [k for k, c in ctx.vocab.conditions.items() if names & set(c.eicu_names)]
 
     def cohort_count(self, ctx, key, restriction):
         kind, value = restriction
         where = {"window": lambda: _since("p.hospital_admit_time", value), "age": lambda: _age_at_least(value),
                  "gender": lambda: f"p.gender = {q('female' if value == 'f' else 'male')}"}[kind]()
-        return (f"WITH cond AS ( SELECT DISTINCT c.unit_id FROM condition c WHERE c.condition_name = "
-                f"{q(ctx.vocab.conditions[key].eicu)} ) SELECT COUNT(DISTINCT p.patient_id) FROM icupatient p "
+        return (f"WITH cond AS ( SELECT DISTINCT c.unit_id FROM condition c WHERE c.condition_name IN "
+                f"({in_list(self.condition_names(ctx, key))}) ) SELECT COUNT(DISTINCT p.patient_id) FROM icupatient p "
                 f"JOIN cond ON p.unit_id = cond.unit_id WHERE {where}")
 
     def patient_labs(self, ctx):
@@ -131,8 +131,8 @@ class EicuTasks:
 
     def diagnosis_lab_cohort(self, ctx, key, lab, threshold):
         name = ctx.vocab.labs[lab]["eicu"]
-        return (f"WITH cond AS ( SELECT DISTINCT unit_id FROM condition WHERE condition_name = "
-                f"{q(ctx.vocab.conditions[key].eicu)} ) SELECT COUNT(DISTINCT p.patient_id) FROM lab l JOIN cond "
+        return (f"WITH cond AS ( SELECT DISTINCT unit_id FROM condition WHERE condition_name IN "
+                f"({in_list(self.condition_names(ctx, key))}) ) SELECT COUNT(DISTINCT p.patient_id) FROM lab l JOIN cond "
                 f"ON l.unit_id = cond.unit_id JOIN icupatient p ON l.unit_id = p.unit_id WHERE l.lab_name = {q(name)} "
                 f"AND l.lab_result > {threshold:g}")
 
@@ -163,7 +163,7 @@ class EicuTasks:
 
     def condition_patients(self, ctx, key):
         return ctx.column(f"SELECT DISTINCT p.patient_id FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id "
-                          f"WHERE c.condition_name = {q(ctx.vocab.conditions[key].eicu)} ORDER BY 1")
+                          f"WHERE c.condition_name IN ({in_list(self.condition_names(ctx, key))}) ORDER BY 1")
 
     def patient_conditions(self, ctx):
         return ctx.grouped("SELECT DISTINCT p.patient_id, c.condition_name FROM condition c "
@@ -191,7 +191,7 @@ class EicuTasks:
 
     def cohort_with_fallback(self, ctx, key, lab, threshold, heart_rate):
         ctes = (f"cond AS ( SELECT DISTINCT p.patient_id FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id "
-                f"WHERE c.condition_name = {q(ctx.vocab.conditions[key].eicu)} ), lab_hit AS ( SELECT DISTINCT p.patient_id "
+                f"WHERE c.condition_name IN ({in_list(self.condition_names(ctx, key))}) ), lab_hit AS ( SELECT DISTINCT p.patient_id "
                 f"FROM lab l JOIN icupatient p ON l.unit_id = p.unit_id WHERE l.lab_name = {q(ctx.vocab.labs[lab]['eicu'])} "
                 f"AND l.lab_result > {threshold:g} ), tachy AS ( SELECT DISTINCT p.patient_id FROM vital_signs v "
                 f"JOIN icupatient p ON v.unit_id = p.unit_id WHERE v.heart_rate > {heart_rate} )")
@@ -202,7 +202,7 @@ class EicuTasks:
 
     def condition_count(self, ctx, key):
         return (f"WITH cond AS ( SELECT DISTINCT p.patient_id FROM condition c JOIN icupatient p ON c.unit_id = p.unit_id "
-                f"WHERE c.condition_name = {q(ctx.vocab.conditions[key].eicu)} ) SELECT COUNT(*) FROM cond")
+                f"WHERE c.condition_name IN ({in_list(self.condition_names(ctx, key))}) ) SELECT COUNT(*) FROM cond")
 
 
 SCHEMA = EicuTasks()
