@@ -1,4 +1,5 @@
-"""A loopback HTTP server that speaks the OpenAI chat-completions and Gemini generateContent protocols.
+"""A loopback HTTP server that speaks the OpenAI chat-completions and embeddings protocols and Gemini's
+generateContent and batchEmbedContents.
 
 Each test pushes a script of replies; every request takes the next one. Replies can be text, a tool call (with
 raw, possibly malformed, arguments), an HTTP error status (429, 500 ...) or a delay before any of those, so the
@@ -6,6 +7,7 @@ real `openai` and `google-genai` clients can be tested against rate limits, serv
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -15,9 +17,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 def _model_of(path: str, body: dict) -> str | None:
-    if ":generateContent" in path:
+    if ":generateContent" in path or ":batchEmbedContents" in path:
         return path.rsplit("/models/", 1)[-1].split(":", 1)[0]
     return body.get("model")
+
+
+def fake_embedding(text: str, dims: int = 32) -> list[float]:
+    """A deterministic embedding where texts sharing letter trigrams are close (so a search has a right answer)."""
+    vector = [0.0] * dims
+    padded = f"  {text.lower()} "
+    for i in range(len(padded) - 2):
+        vector[int(hashlib.md5(padded[i:i + 3].encode()).hexdigest(), 16) % dims] += 1.0
+    return vector
 
 
 @dataclass
@@ -61,10 +72,16 @@ class FakeLLMServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 server.requests.append(Seen(self.path, dict(self.headers), body))
                 queue = server.scripts.get(_model_of(self.path, body), server.script)
-                reply = queue.popleft() if queue else Reply(status=500, text="script exhausted")
+                embedding = self.path.endswith("/embeddings") or ":batchEmbedContents" in self.path
+                # embedding calls answer by content unless a reply (an error) was scripted for them
+                reply = queue.popleft() if queue else Reply() if embedding else Reply(status=500,
+                                                                                      text="script exhausted")
                 time.sleep(reply.delay_s)
                 gemini = ":generateContent" in self.path
-                status, payload = server._render(reply, gemini, body)
+                if self.path.endswith("/embeddings") or ":batchEmbedContents" in self.path:
+                    status, payload = server._render_embeddings(reply, self.path, body)
+                else:
+                    status, payload = server._render(reply, gemini, body)
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)
@@ -87,6 +104,19 @@ class FakeLLMServer:
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+    @staticmethod
+    def _render_embeddings(reply: Reply, path: str, body: dict) -> tuple[int, dict]:
+        if reply.status != 200:
+            return FakeLLMServer._render(reply, False, body)
+        if ":batchEmbedContents" in path:
+            texts = [r["content"]["parts"][0]["text"] for r in body["requests"]]
+            return 200, {"embeddings": [{"values": fake_embedding(t)} for t in texts]}
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        return 200, {"object": "list", "model": body.get("model"),
+                     "data": [{"object": "embedding", "index": i, "embedding": fake_embedding(t)}
+                              for i, t in enumerate(texts)],
+                     "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)}}
 
     @staticmethod
     def _render(reply: Reply, gemini: bool, body: dict) -> tuple[int, dict]:

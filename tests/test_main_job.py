@@ -30,6 +30,7 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path):
     history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "all/curve/Pass_hat_k")
     assert [(h.step, h.value) for h in history] == [(1, 100.0), (2, 100.0), (3, 100.0)]
     assert run.data.params["benchmark.name"] == "ehrchatqa" and run.data.params["trials"] == "3"
+    assert run.data.params["data.embedder.provider"] == "local"            # which embedder built the value index
     traces = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list", max_results=100)
     assert len(traces) == 24
     for trace in traces:   # the rule reward as an assessment; spans in the order and times they happened

@@ -129,7 +129,8 @@ def start_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, sett
     if outside:          # a benchmark that is not part of ehrbench travels to every node with the job
         runtime_env["py_modules"] = [outside]
     ray.init(address=conf.address, ignore_reinit_error=True, log_to_driver=False, runtime_env=runtime_env)
-    runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=bool(resources.indexed_columns))
+    runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=bool(resources.indexed_columns),
+                            embedder=conf.data.embedder)
     embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns)
     settings = start_workers(runtime, settings, conf.runtime)
     return runtime, embedded, settings

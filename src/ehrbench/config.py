@@ -79,9 +79,25 @@ class DataOptions:
     root: str = "data/generated"
     index_cache: str = "data/generated/value_index"
     files: dict = field(default_factory=dict)      # db id -> a user's own database file (`data.<db>.path`)
+    embedder: dict = field(default_factory=dict)   # value_similarity_search's embeddings: provider, model, base_url
 
     def __post_init__(self):
         _check(self, "data", "conf/data/*.yaml")
+        from .retrieval.embedder import EMBEDDERS
+
+        provider = (self.embedder or {}).get("provider", "local")
+        if provider not in EMBEDDERS:
+            raise ConfigurationError(f"data.embedder.provider={provider!r}: choose one of {sorted(EMBEDDERS)} "
+                                     "(conf/data/*.yaml or the override)")
+        key_env = (self.embedder or {}).get("api_key_env") or {"openai": "OPENAI_API_KEY",
+                                                                "gemini": "GEMINI_API_KEY"}.get(provider)
+        if key_env and not os.environ.get(key_env):
+            raise ConfigurationError(f"data.embedder.provider={provider}: needs an API key in ${key_env} (export it, "
+                                     "or use data.embedder.provider=local, the offline default)")
+        unknown = set(self.embedder or {}) - {"provider", "model", "base_url", "api_key_env", "batch_size"}
+        if unknown:
+            raise ConfigurationError(f"data.embedder.{sorted(unknown)[0]}: unknown field; data.embedder takes "
+                                     "provider, model, base_url, api_key_env, batch_size")
         for db_id, path in self.files.items():
             if not Path(path).is_file():
                 raise ConfigurationError(f"data.{db_id}.path={path!r}: no such file; point it at an SQLite file with "
@@ -203,7 +219,7 @@ def validate(cfg: dict, absolute=lambda p: str(Path(p).resolve())) -> RunConfig:
         raise ConfigurationError(f"model.latency_s={latency!r}: must be a number of at least 0 (conf/model/*.yaml or "
                                  "the override)")
     data = DataOptions(data.seed, data.scale, data.dictionary, absolute(data.root), absolute(data.index_cache),
-                       data.files)
+                       data.files, data.embedder)
     tracking = TrackingOptions(absolute(tracking.root), tracking.uri, tracking.experiment, tracking.log_traces)
     for name, path in (("tracking.root", tracking.root), ("data.root", data.root),
                        ("data.index_cache", data.index_cache)):

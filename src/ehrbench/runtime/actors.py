@@ -84,14 +84,16 @@ class DatabaseShard:
 class ValueIndexActor:
     """Holds the embedding model and every FAISS index; asks Ray for a GPU when the cluster has one."""
 
-    def __init__(self, cache_dir: str):
+    def __init__(self, cache_dir: str, embedder: dict | None = None):
         import os
 
         import torch
 
+        from ..retrieval.embedder import build_embedder
+
         # Ray pins actors to one OMP thread; index builds run before any trial, so let them use every core.
         torch.set_num_threads(os.cpu_count() or 1)
-        self.index = ValueIndex(cache_dir)
+        self.index = ValueIndex(cache_dir, build_embedder(embedder))
         self._build = None
 
     def start_column(self, db_id, table, column, values) -> int:
@@ -110,6 +112,9 @@ class ValueIndexActor:
 
     def device(self) -> str:
         return str(self.index.embedder.device)
+
+    def embedder_name(self) -> str:
+        return self.index.embedder.name
 
 
 @ray.remote(num_cpus=0, max_restarts=3, max_task_retries=0)
@@ -189,9 +194,10 @@ class TrialWorker:
         return records
 
 
-def start_value_index(cache_dir: str, name: str | None = None):
-    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4, name=name).remote(cache_dir)
+def start_value_index(cache_dir: str, name: str | None = None, embedder: dict | None = None):
+    local = (embedder or {}).get("provider", "local") == "local"     # an API embedder needs no GPU
+    gpus = 1 if local and ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4, name=name).remote(cache_dir, embedder)
 
 
 def start_database(path: str, db_id: str, replicas: int = 1, concurrency: int = 8,

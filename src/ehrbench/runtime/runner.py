@@ -40,13 +40,13 @@ class Runtime:
 
 
 def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptions = RuntimeOptions(),
-                  with_index: bool = True) -> Runtime:
+                  with_index: bool = True, embedder: dict | None = None) -> Runtime:
     """Database shards, the value index and user simulators; trial workers come once the settings are final."""
     names = ActorNames(replicas={db_id: options.db_replicas for db_id in paths}, users=options.user_simulators,
                        index_hosted=with_index)
     return Runtime(names, {db_id: start_database(p, db_id, options.db_replicas, names=names)
                            for db_id, p in paths.items()},
-                   start_value_index(index_cache, names.index) if with_index else None,
+                   start_value_index(index_cache, names.index, embedder) if with_index else None,
                    users=start_user_simulators(names))
 
 
