@@ -126,9 +126,10 @@ class FakeLLMServer:
                                             "status": names.get(reply.status, "UNKNOWN"), "type": "injected"}}
         n_in, n_out = reply.usage
         if gemini:
-            part = ({"functionCall": {"name": reply.tool, "args": reply.args or {}}} if reply.tool
-                    else {"text": reply.text or ""})
-            return 200, {"candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP"}],
+            parts = [{"text": reply.text}] if reply.text or not reply.tool else []
+            if reply.tool:
+                parts.append({"functionCall": {"name": reply.tool, "args": reply.args or {}}})
+            return 200, {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}],
                          "usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": n_out,
                                            "totalTokenCount": n_in + n_out}}
         message: dict = {"role": "assistant", "content": reply.text}

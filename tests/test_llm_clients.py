@@ -121,3 +121,24 @@ def test_bad_request_is_an_infrastructure_error_without_retries(model_factory, s
     with pytest.raises(InfrastructureError, match="400"):
         run(model.complete(ChatRequest([Message("user", "hi")])))
     assert model.attempts == 1
+
+
+def test_text_sent_beside_a_tool_call_is_kept_by_both_clients(model_factory, server):
+    """The original keeps it (its validator shows it); only the user never sees it."""
+    server.push(Reply(text="Let me check the tables.", tool="table_search", args={"tool_input": ""}))
+    response = run(model_factory().complete(ChatRequest(CONVERSATION, tools=TOOLS)))
+    assert response.text == "Let me check the tables." and response.tool_calls[0].name == "table_search"
+
+
+def test_structured_output_is_requested_in_each_protocol(model_factory, server):
+    from ehrbench.llm.base import OutputSchema
+
+    server.push(Reply(text='{"reflection": "r", "new_response": "n"}'))
+    schema = OutputSchema("ReflectionOutputFormat", ("reflection", "new_response"))
+    run(model_factory().complete(ChatRequest(CONVERSATION[:1], response_schema=schema)))
+    body = server.requests[-1].body
+    if model_factory.provider == "openai":
+        assert body["response_format"]["json_schema"]["schema"]["required"] == ["reflection", "new_response"]
+    else:
+        assert body["generationConfig"]["responseMimeType"] == "application/json"
+        assert body["generationConfig"]["responseJsonSchema"]["required"] == ["reflection", "new_response"]

@@ -164,3 +164,12 @@ def test_validator_allows_ten_attempts_in_all_as_the_original(server, task, dbs)
     validator_request = server.requests_for("validator-llm")[0].body
     assert validator_request["generationConfig"]["responseJsonSchema"]["required"] == \
         ["explanation", "evidence", "broken_rule", "result"]
+
+
+def test_a_rejection_without_an_explanation_adds_no_previous_mistake(server, task, dbs):
+    script_happy_conversation(server, task, [{"explanation": "", "result": "user_error", "broken_rule": "",
+                                              "evidence": ""}, {"explanation": "fine", "result": "no_error"}])
+    records = run_local_trial(task, dbs, settings_for(server))
+    assert [r.termination for r in records] == ["rejected_by_validator", "user_stop"]
+    prompts = [r.body["contents"][0]["parts"][0]["text"] for r in server.requests_for("checker-llm")]
+    assert not any("Previous user mistakes" in p for p in prompts)

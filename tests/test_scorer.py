@@ -144,3 +144,12 @@ def test_incre_over_100_rows_sorts_all_rows_before_keeping_100(tmp_path):
     assert asyncio.run(score(task, record, db)) == 1.0   # the gold's first 100 after sorting are v000..v099
     call["arguments"]["query"] = "SELECT v FROM t WHERE v > 'v000'"
     assert asyncio.run(score(task, record, db)) == 0.0
+
+
+def test_counts_of_a_thousand_and_more_in_num2words_form_match_their_digits():
+    from num2words import num2words
+
+    assert adapt_reward(["<answer>1100</answer>"], [[num2words(1100)]]) == 1.0      # "one thousand, one hundred"
+    assert adapt_reward(["<answer>2500</answer>"], [["two thousand, five hundred"]]) == 1.0
+    assert words_to_int("two, three") is None and words_to_int("two three") is None   # a list, not five
+    assert all(words_to_int(num2words(n)) == n for n in range(0, 2100))

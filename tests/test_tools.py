@@ -143,3 +143,35 @@ def test_unknown_web_search_backend_is_refused_at_start():
 
     with pytest.raises(ConfigurationError, match="benchmark.web_search='bing': choose one of \\['vocabulary'\\]"):
         benchmarks.load("ehrchatqa", {**EHRCHATQA_OPTIONS, "web_search": "bing"}).check()
+
+
+def test_agent_system_prompt_is_composed_as_the_original_agent_composes_it():
+    """TOOL_CALLING_INSTRUCTION + "\\n" + rules + "\\n\\n" + grading rules + "\\n\\n" + db_rules.txt."""
+    from ehrbench.benchmarks.ehrchatqa.prompts import agent_system_prompt
+
+    prompt = agent_system_prompt("mimic_iv_star", "adapt")
+    assert prompt.startswith("Instruction:\n- You are a DB agent that helps users")
+    assert "Use the value search tools to find relevant entries. \n- To search" in prompt      # its trailing space
+    assert "along with your explanation.\nBelow are the general rules for the DB agent:\n" in prompt
+    assert "a message or a tool call.\n\nBelow are the grading rules:\n- The DB agent's performance is evaluated " \
+           "based on the results in its natural language response" in prompt
+    assert "round them to four decimal places.\n\nBelow are the SQL generation rules:\n- Use SQLite" in prompt
+
+
+def test_names_match_as_sqlite_matches_them_and_values_read_as_stored(tools, dbs):
+    out = tools.call("column_search", {"table_names": "Demographics"})
+    assert out.startswith("CREATE TABLE Demographics (\n\trecordid INTEGER NOT NULL,")
+    assert "\n/*\n3 rows from Demographics table:\n" in out
+    assert tools.call("value_substring_search", {"table": "LabTestTypes", "column": "ItemName", "value": "troponin"}) == \
+        "Values in LabTestTypes.ItemName containing 'troponin': ['troponin i', 'troponin t']."
+    eicu = Tools(dbs["eicu_star"], EchoIndex(), None)
+    table = eicu.call("column_search", {"table_names": "hospital"})
+    assert "True" not in table and "False" not in table          # booleans as SQLite stores them: 0 / 1
+    assert eicu.call("value_substring_search", {"table": "hospital", "column": "teaching_status", "value": "1"}) == \
+        "Values in hospital.teaching_status containing '1': [1]."
+
+
+def test_each_tool_names_its_own_signature_and_timeout_takes_any_number(tools):
+    assert tools.call("value_similarity_search", {"table": "t", "column": "c"}) == \
+        "Error: ValueSimilaritySearch.invoke() missing 1 required positional argument: 'value'"
+    assert tools.call("sql_execute", {"query": "SELECT 1", "timeout": 30.5}) == "[(1,)]"

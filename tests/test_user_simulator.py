@@ -98,3 +98,27 @@ def test_reflection_that_never_passes_sends_its_last_revision():
     checker = Scripted("no", revisions[0], "no", revisions[1], "no", revisions[2], "no")
     _, second = say(make_user(Scripted("Hi", "first"), checker), "Which?")
     assert second.text == "rev2"
+
+
+def test_each_user_call_gets_its_own_seed_so_a_regenerated_reply_can_differ():
+    user = Scripted("Hi", "SELECT 1", "fine")
+    sim = make_user(user, Scripted("yes"), seed=7)
+    say(sim, "Which?")
+    assert [r.seed for r in user.requests] == [8, 9, 10]
+
+
+def test_validator_rules_as_the_originals(monkeypatch):
+    from ehrbench.judges.validator import SimulationValidator
+    from ehrbench.trial import TrialRecord
+
+    talk = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "\n", "tool_call": None}]
+    record = TrialRecord("t", 0, "user_stop", 1.0, messages=talk, steps=5)
+    judge = lambda *texts, **kw: asyncio.run(SimulationValidator(Scripted(*texts), "sys", **kw).judge("p", record))  # noqa: E731
+    # a whitespace-only message is still a message: validated (the original skips only a missing one)
+    assert judge('{"result": "no_error", "explanation": "ok"}')["explanation"] == "ok"
+    with pytest.raises(InfrastructureError, match="no usable verdict"):
+        judge("not json")                                   # the original cannot read it either: never scored
+    with pytest.raises(InfrastructureError):
+        judge('{"result": "User_Error"}')
+    record.steps = 30                                       # all 30 steps used, even if the user then ended it
+    assert judge(max_steps=30)["skipped"] == "agent reached the step limit"

@@ -91,6 +91,7 @@ async def _attempts(task, trial: int, hosts: Hosts, settings: TrialSettings, use
         record.model_calls = [{**c, "t": round(c["t"] - record.started_at, 4)} for c in meter.calls]
         if record.validation and record.validation.get("result") == USER_ERROR:
             record.termination, record.reward = Termination.REJECTED.value, None
-            mistakes.append(str(record.validation.get("explanation", "")) or "the user broke a rule")
+            if record.validation.get("explanation"):       # the original keeps only explanations it was given
+                mistakes.append(str(record.validation["explanation"]))
             continue
         break

@@ -134,16 +134,18 @@ class Database:
             for index in run(f'PRAGMA index_list("{table}")'):      # seq, name, unique, origin, partial
                 if index[3] == "u":
                     shape.unique.append(run(f"PRAGMA index_info('{index[1]}')")[0][2])
-            rows = [tuple(r) for r in conn.execute(sa.select(self.table(table)).limit(sample_rows))]
+            rows = run(f'SELECT * FROM "{table}" LIMIT {int(sample_rows)}')   # stored values, as plain SQL reads them
         return create_table_text(shape, rows)
 
     # --- values ------------------------------------------------------------------------------------------------
     def _substring_values(self, table: str, column: str, value: str, k: int = 100) -> list:
-        col = self.column(table, column)
-        # As the original: LIKE '%value%' (its % and _ stay wildcards), case-insensitive for ASCII
-        stmt = sa.select(col).distinct().where(col.like(f"%{value}%")).where(col.is_not(None)).limit(k)
+        self.column(table, column)          # both names checked against the schema before they reach SQL
+        # As the original: plain SQL (stored values, 0/1 not True/False), LIKE '%value%' with its % and _ still
+        # wildcards, case-insensitive for ASCII
+        sql = (f'SELECT DISTINCT "{column}" FROM "{table}" WHERE "{column}" LIKE ? AND "{column}" IS NOT NULL '
+               f"LIMIT {int(k)}")
         with self.engine.connect() as conn:
-            return [r[0] for r in conn.execute(stmt)]
+            return [r[0] for r in conn.exec_driver_sql(sql, (f"%{value}%",))]
 
     def distinct_values(self, table: str, column: str) -> list[str]:
         col = self.column(table, column)

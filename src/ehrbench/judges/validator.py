@@ -2,9 +2,9 @@
 
 A model-backed judge of the *simulation*, not of the agent: it reads the finished conversation (with whatever the
 benchmark's prompt adds, such as the gold SQL) and answers in JSON {explanation, evidence, broken_rule, result}.
-With n samples any `user_error` wins. It is skipped (counts as no_error) when the agent hit the step limit or sent
-an empty message, as the original does. An unparsable verdict is treated as `no_error` with the raw text kept, so a
-validator glitch cannot discard an agent's trial. The benchmark supplies the prompts; the verdict becomes an MLflow
+With n samples any `user_error` wins. It is skipped (counts as no_error) when the agent used all its steps, ran out
+of time or sent an empty message, as the original does. A verdict that is not JSON with result `user_error` or
+`no_error` is an infrastructure error: the trial is run again, never scored on it. The benchmark supplies the prompts; the verdict becomes an MLflow
 assessment (`simulation_validity`) and a rejected attempt is re-run (`episode.run_task_trial`).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..episode import USER_ERROR
 from ..llm.base import ChatRequest, OutputSchema
 from ..llm.usage import MeteredModel
-from ..trial import Message, Termination, TrialRecord
+from ..trial import InfrastructureError, Message, Termination, TrialRecord
 from .parsing import parse_json_object
 
 NO_ERROR = "no_error"
@@ -20,23 +20,28 @@ VALIDATION_OUTPUT = OutputSchema("ValidationOutputFormat", ("explanation", "evid
 
 
 class SimulationValidator:
-    def __init__(self, model: MeteredModel, system_prompt: str, samples: int = 1, schema: OutputSchema | None = None):
+    def __init__(self, model: MeteredModel, system_prompt: str, samples: int = 1, schema: OutputSchema | None = None,
+                 max_steps: int | None = None):
         self.model, self.system, self.samples, self.schema = model, system_prompt, samples, schema
+        self.max_steps = max_steps
 
     async def judge(self, prompt: str, record: TrialRecord) -> dict:
         """`prompt`: the benchmark's validator input, already filled with the conversation and the task."""
-        if record.termination == Termination.MAX_STEPS.value:
+        if record.termination == Termination.MAX_STEPS.value or (self.max_steps and record.steps >= self.max_steps):
             return {"result": NO_ERROR, "skipped": "agent reached the step limit"}
         if record.termination == Termination.TIME_LIMIT.value:       # the original scores a timeout unvalidated
             return {"result": NO_ERROR, "skipped": "agent reached the time limit"}
-        if any(m["role"] == "assistant" and not m.get("tool_call") and not (m.get("content") or "").strip()
-               for m in record.messages):
+        if any(m["role"] == "assistant" and not m.get("tool_call") and not m.get("content") for m in record.messages):
             return {"result": NO_ERROR, "skipped": "agent sent an empty message"}
         verdicts = []
         for _ in range(self.samples):
             text = (await self.model.complete(ChatRequest([Message("user", prompt)], system=self.system,
                                                           temperature=0.0, response_schema=self.schema))).text
-            verdict = parse_json_object(text) or {"result": NO_ERROR, "unparsed": (text or "")[:2000]}
+            verdict = parse_json_object(text)
+            if not verdict or verdict.get("result") not in (USER_ERROR, NO_ERROR):
+                # the original cannot read such a verdict either (the trial goes unscored): run the trial again
+                raise InfrastructureError(f"simulation validator gave no usable verdict: {(text or '')[:300]!r}",
+                                          source="model")
             verdicts.append(verdict)
             if verdict.get("result") == USER_ERROR:
                 return verdict

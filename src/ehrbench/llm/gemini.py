@@ -79,7 +79,10 @@ class GeminiModel(ChatModel):
             raise
         except TRANSIENT as e:
             raise RetryableError(f"{type(e).__name__}: {e}") from None
-        response = ChatResponse()
+        # The text parts, also beside a function call (thoughts left out), as OpenAI-compatible servers send it
+        content = result.candidates[0].content if result.candidates else None
+        text = "".join(p.text for p in (content.parts or []) if p.text and not p.thought) if content else ""
+        response = ChatResponse(text=text or None)
         calls = result.function_calls or []
         if calls:
             call = calls[0]
@@ -88,8 +91,6 @@ class GeminiModel(ChatModel):
             else:
                 response.tool_calls = [ToolCall(call.name or "", {}, call.id or "")]
                 response.malformed = f"tool call arguments must be a JSON object, got {call.args!r:.200}"
-        else:
-            response.text = result.text
         meta = result.usage_metadata
         if meta:
             response.usage = Usage((meta.prompt_token_count or 0),

@@ -61,12 +61,15 @@ class RemoteEmbedder:
     provider = "remote"
     device = "remote"
 
-    def __init__(self, model: str, base_url: str | None = None, batch_size: int = 100, max_attempts: int = 5,
-                 initial_backoff_s: float = 1.0, timeout_s: float = 60.0):
+    def __init__(self, model: str, base_url: str | None, api_key_env: str, batch_size: int = 100,
+                 max_attempts: int = 5, initial_backoff_s: float = 1.0, timeout_s: float = 60.0):
         self.model, self.base_url, self.batch_size = model, base_url, batch_size
         self.max_attempts, self.initial_backoff_s, self.timeout_s = max_attempts, initial_backoff_s, timeout_s
         self.name = f"{self.provider}:{model}"
         self.encoded = 0
+        self.api_key = os.environ.get(api_key_env)
+        if not self.api_key:
+            raise ValueError(f"data.embedder: the {self.name} embedder needs an API key in ${api_key_env}")
 
     def _embed(self, texts: list[str]) -> list[list[float]]:  # pragma: no cover - implemented by providers
         raise NotImplementedError
@@ -101,13 +104,10 @@ class OpenAIEmbedder(RemoteEmbedder):
 
     def __init__(self, model: str = "text-embedding-3-large", base_url: str | None = None,
                  api_key_env: str = "OPENAI_API_KEY", **kw):
-        super().__init__(model, base_url, **kw)
+        super().__init__(model, base_url, api_key_env, **kw)
         import openai
 
-        key = os.environ.get(api_key_env)
-        if not key:
-            raise ValueError(f"data.embedder: the {self.name} embedder needs an API key in ${api_key_env}")
-        self.client = openai.OpenAI(api_key=key, base_url=base_url, timeout=self.timeout_s, max_retries=0)
+        self.client = openai.OpenAI(api_key=self.api_key, base_url=base_url, timeout=self.timeout_s, max_retries=0)
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
         response = self.client.embeddings.create(model=self.model, input=texts, encoding_format="float")
@@ -126,16 +126,13 @@ class GeminiEmbedder(RemoteEmbedder):
 
     def __init__(self, model: str = "gemini-embedding-001", base_url: str | None = None,
                  api_key_env: str = "GEMINI_API_KEY", **kw):
-        super().__init__(model, base_url, **kw)
+        super().__init__(model, base_url, api_key_env, **kw)
         from google import genai
         from google.genai import types
 
-        key = os.environ.get(api_key_env)
-        if not key:
-            raise ValueError(f"data.embedder: the {self.name} embedder needs an API key in ${api_key_env}")
         options = types.HttpOptions(base_url=base_url, timeout=int(self.timeout_s * 1000)) if base_url else \
             types.HttpOptions(timeout=int(self.timeout_s * 1000))
-        self.client = genai.Client(api_key=key, http_options=options)
+        self.client = genai.Client(api_key=self.api_key, http_options=options)
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
         response = self.client.models.embed_content(model=self.model, contents=texts)

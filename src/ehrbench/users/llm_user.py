@@ -78,6 +78,7 @@ class LLMUser:
         self.temperature, self.seed = temperature, seed
         self.max_attempts, self.max_reflections, self.on_filter_failure = max_attempts, max_reflections, on_filter_failure
         self.messages: list[Message] = []   # the user model's side of the conversation (system prompt sent apart)
+        self.calls = 0
 
     async def reply(self, history: list[Message]) -> Turn:
         """`history[-1]`, when there is one, is the agent's latest message (the greeting before the first turn)."""
@@ -121,8 +122,10 @@ class LLMUser:
         return text.strip()
 
     async def _generate(self) -> str:
+        self.calls += 1      # a fresh seed per call: a regenerated reply must be able to differ, as unseeded it would
+        seed = None if self.seed is None else self.seed + self.calls
         response = await self.model.complete(ChatRequest(list(self.messages), system=self.prompts.system,
-                                                         temperature=self.temperature, seed=self.seed))
+                                                         temperature=self.temperature, seed=seed))
         if response.text is None:
             raise UnusableReply("the user model sent no text")
         reason = reject_reason(response.text, self.prompts)

@@ -94,7 +94,8 @@ class EhrChatQA(Benchmark):
         validate = None
         if settings.validator_model:
             validator = SimulationValidator(settings.model_for("validator", meter), prompts()["validator_system"],
-                                            settings.validator_samples, schema=VALIDATION_OUTPUT)
+                                            settings.validator_samples, schema=VALIDATION_OUTPUT,
+                                            max_steps=settings.limits.max_steps)
 
             async def validate(record: TrialRecord) -> dict:
                 prompt = prompts()["validator_input"].format(user_system_prompt=user_system_prompt(task.instruction),

@@ -61,36 +61,41 @@ def process_answer(value) -> str:
 
 
 # --- number words ------------------------------------------------------------------------------------------------
-_UNITS = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen".split())}
+_UNITS = {w: i for i, w in enumerate("one two three four five six seven eight nine".split(), start=1)}
+_TEENS = {w: i for i, w in enumerate("ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen "
+                                        "nineteen".split(), start=10)}
 _TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
 _SCALES = {"thousand": 10 ** 3, "million": 10 ** 6, "billion": 10 ** 9}
 
 
 def words_to_int(text: str) -> int | None:
-    """An English cardinal written in words ("thirty five", "two hundred and forty-seven"), or None."""
-    tokens = [t for t in re.split(r"[\s-]+", text.strip().lower()) if t]
-    if not tokens or tokens[0] == "and" or tokens[-1] == "and":
-        return None
-    total = current = 0
-    seen_number = False
+    """An English cardinal written in words ("thirty five", "two hundred and forty-seven", num2words' "one
+    thousand, one hundred"), or None for anything else ("two, three" is a list, not five)."""
+    text = text.strip().lower()
+    if text == "zero":
+        return 0
+    tokens = [t for t in re.split(r"[\s,-]+", text) if t]
+    total = group = 0
+    state, last_scale = "start", None     # start | U (units) | H (hundred) | T (tens) | X (group done) | S (scale)
     for token in tokens:
         if token == "and":
-            continue
-        if token in _UNITS:
-            current += _UNITS[token]
-        elif token in _TENS:
-            current += _TENS[token]
-        elif token == "hundred":
-            current = max(current, 1) * 100
-        elif token in _SCALES:
-            total += max(current, 1) * _SCALES[token]
-            current = 0
+            if state not in ("H", "S"):
+                return None
+        elif token in _UNITS and state in ("start", "H", "S", "T"):
+            group, state = group + _UNITS[token], {"start": "U", "S": "U", "H": "X", "T": "X"}[state]
+        elif token in _TEENS and state in ("start", "H", "S"):
+            group, state = group + _TEENS[token], "X"
+        elif token in _TENS and state in ("start", "H", "S"):
+            group, state = group + _TENS[token], "T"
+        elif token == "hundred" and state == "U":
+            group, state = group * 100, "H"
+        elif token in _SCALES and state not in ("start", "S") and (last_scale is None or _SCALES[token] < last_scale):
+            total, group, state, last_scale = total + group * _SCALES[token], 0, "S", _SCALES[token]
         else:
             return None
-        seen_number = True
-    return total + current if seen_number else None
+    if state == "start" or tokens[-1] == "and":
+        return None
+    return total + group
 
 
 def digits_if_number_words(text: str) -> str:

@@ -91,8 +91,8 @@ class SQLExecute:  # noqa: E302
     def invoke(self, query, k=100, timeout=60): return {"query": query, "k": k, "timeout": timeout}
 class ValueSubstringSearch:  # noqa: E302
     def invoke(self, table, column, value, k=100): return {"table": table, "column": column, "value": value, "k": k}
-class ValueSimilaritySearch(ValueSubstringSearch):  # noqa: E302
-    pass
+class ValueSimilaritySearch:  # noqa: E302
+    def invoke(self, table, column, value, k=100): return {"table": table, "column": column, "value": value, "k": k}
 class WebSearchTool:  # noqa: E302
     def invoke(self, query): return {"query": query}
 
@@ -110,6 +110,20 @@ def _int(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ToolArgumentError(f"expected an integer, got {value!r}")
     return value
+
+
+def _seconds(value) -> float:
+    """`timeout` as the original reads it: a string through int(), a number as given."""
+    value = int(value) if isinstance(value, str) else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ToolArgumentError(f"expected a number of seconds, got {value!r}")
+    return value
+
+
+def _stored_name(name: str, stored: list[str]) -> str | None:
+    if name in stored:
+        return name
+    return next((s for s in stored if s.lower() == name.lower()), None)
 
 
 def _value_repr(value) -> str:
@@ -157,31 +171,35 @@ class ToolSuite:
         return ", ".join(await self.db.table_names())
 
     async def column_search(self, table_names) -> str:
-        known = set(await self.db.table_names())
         blocks = []
         for table in str(table_names).split(","):
             table = table.strip()
-            blocks.append(await self.db.table_info(table) if table in known
-                          else f"Error: table_names {{'{table}'}} not found in database")
+            stored = await self._stored_table(table)
+            if stored is None:
+                blocks.append(f"Error: table_names {{'{table}'}} not found in database")
+                continue
+            text = await self.db.table_info(stored)
+            if stored != table:               # SQLite ignores the case of names; the original echoes what was typed
+                text = text.replace(f"CREATE TABLE {stored} (", f"CREATE TABLE {table} (", 1).replace(
+                    f"3 rows from {stored} table:", f"3 rows from {table} table:", 1)
+            blocks.append(text)
         return "\n\n\n".join(blocks)
 
     # --- value exploration -----------------------------------------------------------------------------------
-    async def _unknown_identifier(self, table: str, column: str) -> str | None:
-        """SQLite's complaint about a table or column that does not exist, or None when both do."""
-        if table not in await self.db.table_names():
-            return f"no such table: {table}"
-        if column not in await self.db.column_names(table):
-            return f"no such column: {column}"
-        return None
+    async def _stored_table(self, name: str) -> str | None:
+        """The table's stored name, matched as SQLite matches names (ignoring case), or None."""
+        return _stored_name(name, await self.db.table_names())
 
     async def value_substring_search(self, table, column, value, k=100) -> str:
         table, column, value, k = str(table), str(column), str(value), _int(k)
-        problem = await self._unknown_identifier(table, column)
-        if problem:
+        stored_table = await self._stored_table(table)
+        stored_column = _stored_name(column, await self.db.column_names(stored_table)) if stored_table else None
+        if stored_column is None:             # SQLite's complaint, worded as the original's SQLAlchemy shows it
+            problem = f"no such table: {table}" if stored_table is None else f"no such column: {column}"
             sql = f"SELECT COUNT(DISTINCT {column}) FROM {table} WHERE {column} LIKE ? COLLATE NOCASE"
             return "Error retrieving matching values: " + dbapi_error_text(sql, sqlite3.OperationalError(problem),
                                                                            (f"%{value}%",))
-        values = await self.db.substring_values(table, column, value, max(k, 0)) if k > 0 else []
+        values = await self.db.substring_values(stored_table, stored_column, value, k) if k > 0 else []
         if not values:
             return f"No values in {table}.{column} contain '{value}'."
         return f"Values in {table}.{column} containing '{value}': {values}."
@@ -200,7 +218,7 @@ class ToolSuite:
     # --- execution and knowledge -----------------------------------------------------------------------------
     async def sql_execute(self, query, k=100, timeout=None) -> str:
         query, k = str(query), _int(k)
-        timeout = self.sql_timeout_s if timeout is None else _int(timeout)
+        timeout = self.sql_timeout_s if timeout is None else _seconds(timeout)
         limit_s = min(timeout, self.max_sql_timeout_s) if timeout > 0 else self.max_sql_timeout_s
         if k < 0:
             raise ToolArgumentError("k must be 0 or more")
