@@ -62,6 +62,8 @@ ADAPT_CASES = [
     ([["1"], ["10"]], "<answer>1, 10</answer>", 1.0),
     ([["two"], ["two"]], "<answer>2 and 2</answer>", 1.0),
     ([["1"], ["10"]], "<answer>1, 11</answer>", 0.0),
+    # the original's trailing-zero strip also lets "10" pass for a gold "1": its rule, kept as it is
+    ([["one"]], "<answer>10</answer>", 1.0),
 ]
 
 
