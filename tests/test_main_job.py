@@ -129,8 +129,9 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
     task = load_tasks(TASK_DIR / "mimic_iv_star" / "eval_incre.jsonl")[0]
     server = FakeLLMServer().start()
     try:
-        # user and checker share gemini-2.0-flash: their replies interleave in call order (one trial in flight)
-        server.push(Reply(text="How many patients have this diagnosis?"), Reply(text="yes"),
+        # user and checker share gemini-2.0-flash: their replies interleave in call order (one trial in flight);
+        # the user's first turn is never verified, as in the original
+        server.push(Reply(text="How many patients have this diagnosis?"),
                     Reply(text="Recent ones, both coding versions."), Reply(text="yes"),
                     Reply(text="Double check it covers everything?"), Reply(text="yes"),
                     Reply(text="###END###"), Reply(text="yes"), model="gemini-2.0-flash")
@@ -153,14 +154,14 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
     [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
     m = run.data.metrics
     assert m["SR-1"] == 100.0 and m["trials_valid"] == 1 and m["trials_rejected_by_validator"] == 0
-    assert (m["calls/agent"], m["calls/user"], m["calls/verifier"], m["calls/validator"]) == (4, 4, 4, 1)
+    assert (m["calls/agent"], m["calls/user"], m["calls/verifier"], m["calls/validator"]) == (4, 4, 3, 1)
     assert m["input_tokens/agent"] == 40 and m["cost_usd/agent"] == pytest.approx((40 * 2.5 + 20 * 10.0) / 1e6)
     assert m["cost_usd/all"] > m["cost_usd/agent"]
     [trace] = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list")
     [verdict] = [a for a in trace.info.assessments if a.name == "simulation_validity"]
     assert (verdict.value, verdict.source.source_type, verdict.rationale) == ("no_error", "LLM_JUDGE", "ok")
     calls = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
-    assert sorted(s.attributes["role"] for s in calls) == sorted(["agent"] * 4 + ["user"] * 4 + ["verifier"] * 4 +
+    assert sorted(s.attributes["role"] for s in calls) == sorted(["agent"] * 4 + ["user"] * 4 + ["verifier"] * 3 +
                                                               ["validator"])
     assert sum(s.attributes["input_tokens"] for s in calls if s.attributes["role"] == "agent") == 40
     logged = (json.dumps(run.data.params) + json.dumps(run.data.tags) + out.stdout + out.stderr).encode()
