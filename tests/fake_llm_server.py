@@ -39,7 +39,13 @@ class Reply:
     raw_args: str | None = None        # OpenAI only: arguments sent verbatim (e.g. broken JSON)
     status: int = 200
     delay_s: float = 0.0
-    usage: tuple[int, int] = (10, 5)   # input, output tokens
+    usage: tuple[int, int] | None = (10, 5)   # input, output tokens; None: the response carries no usage
+    headers: dict = field(default_factory=dict)   # extra response headers (Retry-After, retry-after-ms)
+    retry_delay: str | None = None     # Gemini: a RetryInfo detail in the error body ("5s")
+    finish: str | None = None          # finish_reason (OpenAI) / finishReason (Gemini) other than the normal one
+    empty: bool = False                # HTTP 200 with no choices / no candidates
+    block_reason: str | None = None    # Gemini: promptFeedback.blockReason and no candidates
+    signature: str | None = None       # Gemini: a thoughtSignature on the part (base64)
 
 
 @dataclass
@@ -54,6 +60,8 @@ class FakeLLMServer:
     script: deque = field(default_factory=deque)                 # replies for any model without its own script
     scripts: dict[str, deque] = field(default_factory=dict)      # model name -> its replies
     requests: list[Seen] = field(default_factory=list)
+    require_signatures: bool = False   # refuse a request that sends back a signed functionCall without its signature
+    issued_signatures: set = field(default_factory=set)
 
     def push(self, *replies: Reply, model: str | None = None) -> None:
         (self.scripts.setdefault(model, deque()) if model else self.script).extend(replies)
@@ -80,11 +88,19 @@ class FakeLLMServer:
                 gemini = ":generateContent" in self.path
                 if self.path.endswith("/embeddings") or ":batchEmbedContents" in self.path:
                     status, payload = server._render_embeddings(reply, self.path, body)
+                elif gemini and server.require_signatures and server._unsigned_call(body):
+                    status, payload = 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message":
+                                                      "Function call is missing a thought_signature in functionCall "
+                                                      "parts."}}
                 else:
                     status, payload = server._render(reply, gemini, body)
+                    if reply.signature:
+                        server.issued_signatures.add(reply.signature)
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)
+                    for name, value in reply.headers.items():
+                        self.send_header(name, str(value))
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
@@ -118,26 +134,50 @@ class FakeLLMServer:
                               for i, t in enumerate(texts)],
                      "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)}}
 
+    def _unsigned_call(self, body: dict) -> bool:
+        """A model turn sent back with a functionCall part this server signed, but without the signature."""
+        return bool(self.issued_signatures) and any(
+            "functionCall" in part and part.get("thoughtSignature") not in self.issued_signatures
+            for content in body.get("contents", []) if content.get("role") == "model"
+            for part in content.get("parts", []))
+
     @staticmethod
     def _render(reply: Reply, gemini: bool, body: dict) -> tuple[int, dict]:
         if reply.status != 200:
             names = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
-            return reply.status, {"error": {"code": reply.status, "message": f"injected {reply.status}",
-                                            "status": names.get(reply.status, "UNKNOWN"), "type": "injected"}}
-        n_in, n_out = reply.usage
+            error = {"code": reply.status, "message": f"injected {reply.status}",
+                     "status": names.get(reply.status, "UNKNOWN"), "type": "injected"}
+            if reply.retry_delay:
+                error["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                     "retryDelay": reply.retry_delay}]
+            return reply.status, {"error": error}
+        n_in, n_out = reply.usage or (0, 0)
         if gemini:
-            parts = [{"text": reply.text}] if reply.text or not reply.tool else []
+            usage = {"usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": n_out,
+                                       "totalTokenCount": n_in + n_out}} if reply.usage else {}
+            if reply.block_reason:
+                return 200, {"promptFeedback": {"blockReason": reply.block_reason}, **usage}
+            if reply.empty:
+                return 200, {"candidates": [], **usage}
+            parts = [{"text": reply.text}] if reply.text or not (reply.tool or reply.finish) else []
             if reply.tool:
-                parts.append({"functionCall": {"name": reply.tool, "args": reply.args or {}}})
-            return 200, {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}],
-                         "usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": n_out,
-                                           "totalTokenCount": n_in + n_out}}
+                call = {"functionCall": {"name": reply.tool, "args": reply.args or {}}}
+                if reply.signature:
+                    call["thoughtSignature"] = reply.signature
+                parts.append(call)
+            candidate = {"content": {"role": "model", "parts": parts}, "finishReason": reply.finish or "STOP"}
+            if not parts:
+                del candidate["content"]["parts"]
+            return 200, {"candidates": [candidate], **usage}
         message: dict = {"role": "assistant", "content": reply.text}
         if reply.tool:
             args = reply.raw_args if reply.raw_args is not None else json.dumps(reply.args or {})
             message["tool_calls"] = [{"id": "call_1", "type": "function",
                                       "function": {"name": reply.tool, "arguments": args}}]
-        return 200, {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": body.get("model"),
-                     "choices": [{"index": 0, "message": message,
-                                  "finish_reason": "tool_calls" if reply.tool else "stop"}],
-                     "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}}
+        payload = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": body.get("model"),
+                   "choices": [] if reply.empty else [{
+                       "index": 0, "message": message,
+                       "finish_reason": reply.finish or ("tool_calls" if reply.tool else "stop")}]}
+        if reply.usage:
+            payload["usage"] = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+        return 200, payload

@@ -208,9 +208,10 @@ def usage_metrics(records: list[TrialRecord]) -> dict[str, float]:
     totals: dict[str, float] = defaultdict(float)
     for r in records:
         for role, row in r.usage.items():
-            for key in ("calls", "input_tokens", "output_tokens", "cached_tokens", "cost_usd"):
-                totals[f"{key}/{role}"] += row[key]
-                totals[f"{key}/all"] += row[key]
+            for key in ("calls", "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "calls_without_usage",
+                        "failed_calls"):
+                totals[f"{key}/{role}"] += row.get(key, 0)
+                totals[f"{key}/all"] += row.get(key, 0)
     return dict(totals)
 
 

@@ -66,6 +66,8 @@ class Message:
     tool_call_id: str | None = None     # on tool messages
     t: float = 0.0                      # when it was asked for, seconds since the trial started
     dt: float = 0.0                     # how long the model, user or tool took to produce it
+    finish_reason: str | None = None    # the provider's, when the model's turn did not end normally ("length")
+    provider_parts: list | None = None  # the provider's own parts (Gemini thought signatures), sent back as they came
 
     @property
     def is_tool_call(self) -> bool:

@@ -29,5 +29,7 @@ class ToolCallingAgent:
             if response.malformed:
                 call.error = f"malformed tool call: {response.malformed}"
             return Message("assistant", response.text, tool_call=ToolCall(call.name, call.arguments, call.id,
-                                                                          call.error))
-        return Message("assistant", response.text or "")
+                                                                          call.error),
+                           finish_reason=response.finish_reason, provider_parts=response.provider_parts)
+        return Message("assistant", response.text or "", finish_reason=response.finish_reason,
+                       provider_parts=response.provider_parts)

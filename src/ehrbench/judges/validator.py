@@ -10,7 +10,7 @@ assessment (`simulation_validity`) and a rejected attempt is re-run (`episode.ru
 from __future__ import annotations
 
 from ..episode import USER_ERROR
-from ..llm.base import ChatRequest, OutputSchema
+from ..llm.base import ChatRequest, ModelTurnError, OutputSchema
 from ..llm.usage import MeteredModel
 from ..trial import InfrastructureError, Message, Termination, TrialRecord
 from .parsing import parse_json_object
@@ -35,8 +35,11 @@ class SimulationValidator:
             return {"result": NO_ERROR, "skipped": "agent sent an empty message"}
         verdicts = []
         for _ in range(self.samples):
-            text = (await self.model.complete(ChatRequest([Message("user", prompt)], system=self.system,
-                                                          temperature=0.0, response_schema=self.schema))).text
+            try:
+                text = (await self.model.complete(ChatRequest([Message("user", prompt)], system=self.system,
+                                                              temperature=0.0, response_schema=self.schema))).text
+            except ModelTurnError as e:
+                raise InfrastructureError(f"simulation validator gave no verdict: {e}", source="model") from None
             verdict = parse_json_object(text)
             if not verdict or verdict.get("result") not in (USER_ERROR, NO_ERROR):
                 # the original cannot read such a verdict either (the trial goes unscored): run the trial again

@@ -16,7 +16,46 @@ from ..trial import LIMITER_WAIT, InfrastructureError, Message, ToolCall
 
 
 class RetryableError(Exception):
-    """A provider failure that may pass: rate limit, server error, timeout, dropped connection."""
+    """A provider failure that may pass: rate limit, server error, timeout, dropped connection.
+
+    `retry_after_s` is the provider's own word on when to come back (Retry-After, retry-after-ms, Gemini's
+    RetryInfo); `rate_limited` marks a 429, which holds off every request to the model, not only this one.
+    """
+
+    def __init__(self, message: str, retry_after_s: float | None = None, rate_limited: bool = False,
+                 usage: "Usage | None" = None):
+        super().__init__(message)
+        self.retry_after_s, self.rate_limited, self.usage = retry_after_s, rate_limited, usage
+
+
+def retry_after_from_headers(headers) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date), or None."""
+    if headers is None:
+        return None
+    try:
+        if headers.get("retry-after-ms") is not None:
+            return max(0.0, float(headers.get("retry-after-ms")) / 1000)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            from email.utils import parsedate_to_datetime
+
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+class ModelTurnError(Exception):
+    """The model answered but gave no usable turn: the prompt or the answer was blocked, or the output-token limit
+    cut it off before anything was said. Not retried (the same request gets the same refusal); an agent's turn
+    that fails so ends its trial as `agent_error` with this text, a user's or judge's costs that call's attempt."""
+
+    def __init__(self, message: str, usage: "Usage | None" = None):
+        super().__init__(message)
+        self.usage = usage
 
 
 class ConfigurationError(Exception):
@@ -50,10 +89,11 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    reported: bool = True       # False: the provider sent no usage, so tokens and cost are unknown, not zero
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
-                     self.cached_tokens + other.cached_tokens)
+                     self.cached_tokens + other.cached_tokens, self.reported and other.reported)
 
 
 @dataclass
@@ -62,13 +102,17 @@ class ChatResponse:
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     malformed: str | None = None          # why a tool call could not be parsed (the agent gets it as an error)
+    finish_reason: str | None = None      # the provider's, when the turn did not end normally ("length", "MAX_TOKENS")
+    provider_parts: list | None = None    # the provider's own parts to send back as they came (thought signatures)
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    max_attempts: int = 5
-    initial_backoff_s: float = 1.0
-    max_backoff_s: float = 30.0
+    """Exponential backoff with jitter in [0.5, 1]: by default 8 attempts over at least 90 s, so a provider's
+    one-minute rate-limit window passes before a call is given up. A provider's Retry-After wins when longer."""
+    max_attempts: int = 8
+    initial_backoff_s: float = 2.0
+    max_backoff_s: float = 60.0
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         return min(self.max_backoff_s, self.initial_backoff_s * 2 ** attempt) * rng.uniform(0.5, 1.0)
@@ -85,8 +129,15 @@ class RateLimiter:
         self.per_minute = per_minute
         self._starts: list[float] = []
         self._lock = asyncio.Lock()
+        self._paused_until = 0.0
+
+    async def pause(self, seconds: float) -> None:
+        """A 429: no request to this model starts for `seconds` (those in flight finish)."""
+        self._paused_until = max(self._paused_until, time.monotonic() + seconds)
 
     async def __aenter__(self):
+        while (wait := self._paused_until - time.monotonic()) > 0:
+            await asyncio.sleep(wait)
         await self._slots.acquire()
         if self.per_minute:
             async with self._lock:
@@ -124,7 +175,10 @@ class ChatModel:
         raise NotImplementedError
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
+        """The response; the tokens of responses that were retried or refused are added to it, or, when the call
+        fails, ride on the error (`.usage`), so what was spent is always metered."""
         last: Exception | None = None
+        spent = Usage()
         for attempt in range(self.retry.max_attempts):
             try:
                 queued = time.monotonic()
@@ -134,13 +188,26 @@ class ChatModel:
                     self.attempts += 1
                     response = await self._send(request)
                 self.calls += 1
+                if spent.input_tokens or spent.output_tokens:
+                    response.usage = response.usage + spent
                 return response
+            except ModelTurnError as e:
+                e.usage = (e.usage or Usage()) + spent
+                raise
             except RetryableError as e:
                 last = e
+                spent = spent + e.usage if e.usage else spent
                 if attempt + 1 < self.retry.max_attempts:
-                    await asyncio.sleep(self.retry.backoff(attempt, self._rng))
+                    wait = max(self.retry.backoff(attempt, self._rng), e.retry_after_s or 0.0)
+                    if e.rate_limited:           # every worker holds off this model, not only this call
+                        await self.limiter.pause(wait)
+                    await asyncio.sleep(wait)
             except Exception as e:  # bad request, context overflow, auth: not worth retrying, still not the agent's
-                raise InfrastructureError(f"{self.provider}:{self.model}: {type(e).__name__}: {e}"[:1000],
-                                          source="model") from None
-        raise InfrastructureError(f"{self.provider}:{self.model} failed {self.retry.max_attempts} times: {last}",
-                                  source="model")
+                error = InfrastructureError(f"{self.provider}:{self.model}: {type(e).__name__}: {e}"[:1000],
+                                            source="model")
+                error.usage = spent
+                raise error from None
+        error = InfrastructureError(f"{self.provider}:{self.model} failed {self.retry.max_attempts} times: {last}",
+                                    source="model")
+        error.usage = spent
+        raise error

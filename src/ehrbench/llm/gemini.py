@@ -11,7 +11,8 @@ from google import genai
 from google.genai import errors, types
 
 from ..trial import Message, ToolCall
-from .base import ChatModel, ChatRequest, ChatResponse, ConfigurationError, RetryableError, Usage
+from .base import (ChatModel, ChatRequest, ChatResponse, ConfigurationError, ModelTurnError, RetryableError, Usage,
+                   retry_after_from_headers)
 
 try:  # google-genai moved its transport from httpx to httpx2; timeouts and dropped connections come from either
     import httpx2 as _transport
@@ -26,20 +27,45 @@ TRANSIENT = (_transport.TransportError, _AiohttpError, TimeoutError)
 KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 
 
+# Finish reasons for an answer the provider withheld (as opposed to one the model ended itself).
+BLOCKED = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "OTHER"}
+
+
+def _name(value) -> str | None:
+    return None if value is None else getattr(value, "name", None) or str(value)
+
+
 def to_contents(messages: list[Message]) -> list[types.Content]:
+    """The conversation as Gemini contents: the model's own parts where it sent them (thought signatures kept),
+    and never an empty text part (Gemini refuses them)."""
     contents: list[types.Content] = []
     for m in messages:
-        if m.role == "tool":
+        if m.role == "assistant" and m.provider_parts:
+            contents.append(types.Content(role="model", parts=[types.Part.model_validate(p) for p in m.provider_parts]))
+        elif m.role == "tool":
             name = next((c.tool_call.name for c in reversed(messages[:messages.index(m)]) if c.tool_call), "tool")
             part = types.Part(function_response=types.FunctionResponse(name=name, response={"result": m.content}))
             contents.append(types.Content(role="user", parts=[part]))
         elif m.tool_call is not None:
-            part = types.Part(function_call=types.FunctionCall(name=m.tool_call.name, args=m.tool_call.arguments))
-            contents.append(types.Content(role="model", parts=[part]))
-        else:
+            call = types.Part(function_call=types.FunctionCall(name=m.tool_call.name, args=m.tool_call.arguments))
+            contents.append(types.Content(role="model", parts=([types.Part(text=m.content)] if m.content else [])
+                                          + [call]))
+        elif m.content:
             contents.append(types.Content(role="model" if m.role == "assistant" else "user",
-                                          parts=[types.Part(text=m.content or "")]))
+                                          parts=[types.Part(text=m.content)]))
     return contents
+
+
+def gemini_retry_after(error) -> float | None:
+    """The wait Gemini asks for: RetryInfo's retryDelay ("5s") in the error details, else a Retry-After header."""
+    details = (error.details or {}).get("error", {}).get("details", []) if isinstance(error.details, dict) else []
+    for item in details if isinstance(details, list) else []:
+        if isinstance(item, dict) and str(item.get("@type", "")).endswith("RetryInfo"):
+            try:
+                return max(0.0, float(str(item.get("retryDelay", "")).rstrip("s")))
+            except ValueError:
+                pass
+    return retry_after_from_headers(getattr(error.response, "headers", None))
 
 
 class GeminiModel(ChatModel):
@@ -75,14 +101,35 @@ class GeminiModel(ChatModel):
                 model=self.model, contents=to_contents(request.messages), config=config)
         except errors.APIError as e:
             if e.code == 429 or (e.code or 0) >= 500:
-                raise RetryableError(f"HTTP {e.code}: {e.message}") from None
+                raise RetryableError(f"HTTP {e.code}: {e.message}", gemini_retry_after(e),
+                                     rate_limited=e.code == 429) from None
             raise
         except TRANSIENT as e:
             raise RetryableError(f"{type(e).__name__}: {e}") from None
+        meta = result.usage_metadata
+        usage = Usage((meta.prompt_token_count or 0),
+                      (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0),
+                      meta.cached_content_token_count or 0) if meta else Usage(reported=False)
+        if not result.candidates:
+            blocked = result.prompt_feedback.block_reason if result.prompt_feedback else None
+            if blocked:
+                raise ModelTurnError(f"the provider blocked the prompt (blockReason={_name(blocked)})", usage)
+            raise RetryableError("empty response: the server sent no candidates", usage=usage)
+        candidate = result.candidates[0]
+        finish = _name(candidate.finish_reason)
+        parts = (candidate.content.parts or []) if candidate.content else []
         # The text parts, also beside a function call (thoughts left out), as OpenAI-compatible servers send it
-        content = result.candidates[0].content if result.candidates else None
-        text = "".join(p.text for p in (content.parts or []) if p.text and not p.thought) if content else ""
-        response = ChatResponse(text=text or None)
+        text = "".join(p.text for p in parts if p.text and not p.thought)
+        if not text and not any(p.function_call for p in parts):
+            if finish == "MAX_TOKENS":
+                raise ModelTurnError("the model was cut off at its output-token limit before saying anything "
+                                     "(finishReason=MAX_TOKENS)", usage)
+            if finish in BLOCKED:
+                raise ModelTurnError(f"the provider blocked the answer (finishReason={finish})", usage)
+        response = ChatResponse(text=text or None, usage=usage,
+                                finish_reason=finish if finish not in (None, "STOP") else None)
+        if any(p.thought_signature for p in parts):   # sent back as they came, or the next call is refused
+            response.provider_parts = [p.model_dump(mode="json", exclude_none=True) for p in parts]
         calls = result.function_calls or []
         if calls:
             call = calls[0]
@@ -91,9 +138,4 @@ class GeminiModel(ChatModel):
             else:
                 response.tool_calls = [ToolCall(call.name or "", {}, call.id or "")]
                 response.malformed = f"tool call arguments must be a JSON object, got {call.args!r:.200}"
-        meta = result.usage_metadata
-        if meta:
-            response.usage = Usage((meta.prompt_token_count or 0),
-                                   (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0),
-                                   meta.cached_content_token_count or 0)
         return response

@@ -11,7 +11,8 @@ import os
 import openai
 
 from ..trial import Message, ToolCall
-from .base import ChatModel, ChatRequest, ChatResponse, ConfigurationError, RetryableError, Usage
+from .base import (ChatModel, ChatRequest, ChatResponse, ConfigurationError, ModelTurnError, RetryableError, Usage,
+                   retry_after_from_headers)
 
 
 def to_openai_messages(system: str | None, messages: list[Message]) -> list[dict]:
@@ -67,21 +68,37 @@ class OpenAICompatibleModel(ChatModel):
                 kwargs[key] = value
         try:
             completion = await self.client.chat.completions.create(**kwargs)
-        except (openai.RateLimitError, openai.APITimeoutError, openai.APIConnectionError) as e:
+        except openai.RateLimitError as e:
+            raise RetryableError(f"HTTP 429: {e}", retry_after_from_headers(e.response.headers),
+                                 rate_limited=True) from None
+        except (openai.APITimeoutError, openai.APIConnectionError) as e:
             raise RetryableError(f"{type(e).__name__}: {e}") from None
         except openai.APIStatusError as e:
             if e.status_code >= 500:
-                raise RetryableError(f"HTTP {e.status_code}: {e}") from None
+                raise RetryableError(f"HTTP {e.status_code}: {e}", retry_after_from_headers(e.response.headers)) \
+                    from None
             raise
-        message = completion.choices[0].message
-        response = ChatResponse(text=message.content)
+        usage = Usage(reported=False)
+        if completion.usage:
+            details = getattr(completion.usage, "prompt_tokens_details", None)
+            usage = Usage(completion.usage.prompt_tokens, completion.usage.completion_tokens,
+                          getattr(details, "cached_tokens", 0) or 0)
+        if not completion.choices:              # HTTP 200 with nothing in it: worth another try
+            raise RetryableError("empty response: the server sent no choices", usage=usage)
+        choice = completion.choices[0]
+        message, finish = choice.message, choice.finish_reason
+        if not message.content and not message.tool_calls:
+            if finish == "length":
+                raise ModelTurnError("the model was cut off at its output-token limit before saying anything "
+                                     "(finish_reason=length)", usage)
+            if finish == "content_filter":
+                raise ModelTurnError("the provider's content filter blocked the answer "
+                                     "(finish_reason=content_filter)", usage)
+        response = ChatResponse(text=message.content, usage=usage,
+                                finish_reason=finish if finish not in (None, "stop", "tool_calls") else None)
         if message.tool_calls:
             call = message.tool_calls[0]
             args, problem = parse_arguments(call.function.arguments)
             response.tool_calls = [ToolCall(call.function.name, args, call.id)]
             response.malformed = problem
-        if completion.usage:
-            details = getattr(completion.usage, "prompt_tokens_details", None)
-            response.usage = Usage(completion.usage.prompt_tokens, completion.usage.completion_tokens,
-                                   getattr(details, "cached_tokens", 0) or 0)
         return response

@@ -5,10 +5,15 @@ new model or a price change is a YAML edit.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
-from .base import ChatModel, ChatRequest, ChatResponse, Usage
+from ..trial import InfrastructureError
+from .base import ChatModel, ChatRequest, ChatResponse, ModelTurnError, Usage
+
+log = logging.getLogger(__name__)
+_WARNED_NO_USAGE: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -32,10 +37,23 @@ class UsageMeter:
     by_role: dict[str, dict] = field(default_factory=dict)
     calls: list[dict] = field(default_factory=list)
 
-    def add(self, role: str, usage: Usage, price: Price, started: float | None = None, model: str = "") -> None:
+    def add(self, role: str, usage: Usage, price: Price, started: float | None = None, model: str = "",
+            failed: bool = False) -> None:
+        """One call's usage. A call without usage is counted apart (`calls_without_usage`, a warning once per
+        model), so cost figures are never silently low; a failed call (`failed`) is metered for what it spent."""
         row = self.by_role.setdefault(role, {"calls": 0, "input_tokens": 0, "output_tokens": 0,
-                                             "cached_tokens": 0, "cost_usd": 0.0})
+                                             "cached_tokens": 0, "cost_usd": 0.0, "calls_without_usage": 0,
+                                             "failed_calls": 0})
+        row.setdefault("calls_without_usage", 0)
+        row.setdefault("failed_calls", 0)
         row["calls"] += 1
+        row["failed_calls"] += int(failed)
+        if not usage.reported:
+            row["calls_without_usage"] += 1
+            if model not in _WARNED_NO_USAGE:
+                _WARNED_NO_USAGE.add(model)
+                log.warning("model %s sent a response without token usage: its tokens and cost are unknown, not "
+                            "zero (counted in calls_without_usage/%s)", model, role)
         row["input_tokens"] += usage.input_tokens
         row["output_tokens"] += usage.output_tokens
         row["cached_tokens"] += usage.cached_tokens
@@ -50,7 +68,7 @@ class UsageMeter:
         for role, row in other.by_role.items():
             mine = self.by_role.setdefault(role, dict.fromkeys(row, 0))
             for key, value in row.items():
-                mine[key] += value
+                mine[key] = mine.get(key, 0) + value
         self.calls.extend(other.calls)
         self.calls.sort(key=lambda c: c["t"])
 
@@ -65,6 +83,11 @@ class MeteredModel:
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         started = time.time()
-        response = await self.model.complete(request)
+        try:
+            response = await self.model.complete(request)
+        except (InfrastructureError, ModelTurnError) as e:     # what the failed call spent is still paid for
+            self.meter.add(self.role, getattr(e, "usage", None) or Usage(), self.price, started, self.model.model,
+                           failed=True)
+            raise
         self.meter.add(self.role, response.usage, self.price, started, self.model.model)
         return response

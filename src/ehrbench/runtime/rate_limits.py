@@ -29,6 +29,8 @@ class RateLimiterActor:
         self._changed = asyncio.Condition()
         self.granted = 0
         self.peak = 0
+        self.paused_until = 0.0
+        self.pauses = 0
 
     def _wait_s(self, now: float) -> float:
         """0 when a request may start now, else how long until that could change."""
@@ -37,7 +39,7 @@ class RateLimiterActor:
                 del self.leases[lease]
         while self.starts and now - self.starts[0] >= self.window_s:
             self.starts.popleft()
-        waits = []
+        waits = [self.paused_until - now] if self.paused_until > now else []
         if len(self.leases) >= self.concurrency:
             waits.append(min(self.leases.values()) - now)
         if self.per_minute and len(self.starts) >= self.per_minute:
@@ -62,8 +64,15 @@ class RateLimiterActor:
             self.leases.pop(lease, None)
             self._changed.notify()
 
+    async def pause(self, seconds: float) -> None:
+        """A worker saw a 429: no lease is granted to any worker for `seconds` (leases held are kept)."""
+        async with self._changed:
+            self.paused_until = max(self.paused_until, time.monotonic() + seconds)
+            self.pauses += 1
+
     async def stats(self) -> dict:
-        return {"granted": self.granted, "peak_in_flight": self.peak, "in_flight": len(self.leases)}
+        return {"granted": self.granted, "peak_in_flight": self.peak, "in_flight": len(self.leases),
+                "pauses": self.pauses}
 
 
 class ClusterRateLimiter:
@@ -73,15 +82,22 @@ class ClusterRateLimiter:
         self.actor_name = actor_name
         self._actor = None
 
-    @contextlib.asynccontextmanager
-    async def slot(self):
+    def _handle(self):
         if self._actor is None:
             self._actor = ray.get_actor(self.actor_name)
-        lease = await self._actor.acquire.remote()
+        return self._actor
+
+    async def pause(self, seconds: float) -> None:
+        """A 429 here holds off every worker of the cluster for this model."""
+        await self._handle().pause.remote(seconds)
+
+    @contextlib.asynccontextmanager
+    async def slot(self):
+        lease = await self._handle().acquire.remote()
         try:
             yield
         finally:
-            await self._actor.release.remote(lease)
+            await self._handle().release.remote(lease)
 
 
 def limiter_name(cfg: dict) -> str:

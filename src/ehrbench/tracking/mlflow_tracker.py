@@ -103,6 +103,8 @@ def trial_trace(record: TrialRecord, run_id: str | None = None) -> str:
             continue
         name = "agent step" if m["role"] == "assistant" else "user turn"
         step = mlflow.start_span_no_context(name, span_type=SpanType.CHAIN, parent_span=root, start_time_ns=_ns(start))
+        if m.get("finish_reason"):          # the model's turn did not end normally (cut off at its token limit)
+            step.set_attributes({"finish_reason": m["finish_reason"]})
         for c in inside:
             _model_span(c, step, t0)
         step.end(outputs=m.get("tool_call") or m["content"], end_time_ns=_ns(end))

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..judges.parsing import parse_json_object
-from ..llm.base import ChatRequest, OutputSchema
+from ..llm.base import ChatRequest, ModelTurnError, OutputSchema
 from ..llm.usage import MeteredModel
 from ..trial import InfrastructureError, Message, Turn
 
@@ -108,7 +108,7 @@ class LLMUser:
                         if await self._verified(revised):
                             break
                     return self._send(revised)           # verified, or the last revision when none passed
-            except UnusableReply as e:
+            except (UnusableReply, ModelTurnError) as e:     # as the original: any failed call costs an attempt
                 problems.append(str(e))
         if self.strategy == "verify" and last_filtered is not None:
             return self._send(last_filtered)             # never verified: the last filtered reply is sent anyway
