@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -95,15 +96,27 @@ def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[Tri
     stats = RunStats()
     in_flight: dict = {}
     load = [0] * len(workers)
+    # A worker that was lost is restarting: no new trial goes to it until its cool-down ends (doubling while it
+    # keeps failing), then one trial at a time until one comes back, so the trials it lost are not spent, attempt
+    # after attempt, on an actor that is not back yet.
+    down_until = [0.0] * len(workers)
+    strikes = [0] * len(workers)
     bar = tqdm(total=len(queue), desc="trials", unit="trial", disable=not progress)
     while queue or in_flight:
         while queue and len(in_flight) < max_in_flight:
+            now = time.monotonic()
+            up = [w for w in range(len(workers)) if down_until[w] <= now and (strikes[w] == 0 or load[w] == 0)]
+            if not up:
+                break                                      # every worker is restarting: wait for one below
             task, i, attempt = queue.popleft()
-            w = min(range(len(workers)), key=load.__getitem__)
+            w = min(up, key=load.__getitem__)
             ref = workers[w].run.remote(task, i, attempt)
             in_flight[ref] = (task, i, attempt, w)
             load[w] += 1
         refs = list(in_flight)
+        if not refs:
+            time.sleep(0.5)
+            continue
         ready, _ = ray.wait(refs, num_returns=1, timeout=1.0)              # wait for one trial (a second at most:
         if not ready:                                                      # signal handlers run between waits),
             continue
@@ -115,11 +128,16 @@ def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[Tri
                 records: list[TrialRecord] = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as e:  # the worker died:
                 stats.worker_failures += 1                                                  # a retry, not the trial
+                if down_until[w] <= time.monotonic():               # one strike per outage, not per lost trial
+                    strikes[w] += 1
+                    down_until[w] = time.monotonic() + min(30.0, 2.0 * 2 ** (strikes[w] - 1))
                 records = [TrialRecord(task.key, i, Termination.INFRA_WORKER.value, None,
                                        error=f"trial worker lost: {type(e).__name__}: {e}"[:500], attempt=attempt)]
             except ray.exceptions.RayError as e:
                 records = [TrialRecord(task.key, i, Termination.INFRA_HARNESS.value, None,
                                        error=f"{type(e).__name__}: {e}"[:1500], attempt=attempt)]
+            else:
+                strikes[w] = 0                                     # it answered: back in service
             for record in records:
                 on_record(record)
             record = records[-1]
