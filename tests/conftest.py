@@ -157,3 +157,40 @@ class EchoIndex:
 
     def search(self, db_id, table, column, query, k=100):
         return list(self.answers if self.answers is not None else [query])[:k]
+
+
+# --- the real model clients against the loopback fake server (tests/fake_llm_server.py) ----------------------------
+def _fast_retries():
+    from ehrbench.llm.base import RetryPolicy
+
+    return RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
+
+
+FAST = _fast_retries()
+
+
+@pytest.fixture
+def server():
+    from .fake_llm_server import FakeLLMServer
+
+    s = FakeLLMServer().start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(params=["openai", "gemini"])
+def model_factory(request, server, monkeypatch):
+    """Builds the OpenAI-compatible or the Gemini client (both, by parameter) pointed at the fake server."""
+    from ehrbench.llm.gemini import GeminiModel
+    from ehrbench.llm.openai_compatible import OpenAICompatibleModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test-key")
+
+    def make(**kwargs):
+        kwargs.setdefault("retry", FAST)
+        if request.param == "openai":
+            return OpenAICompatibleModel("gpt-4o", base_url=server.url + "/v1", **kwargs)
+        return GeminiModel("gemini-2.5-flash", base_url=server.url, **kwargs)
+    make.provider = request.param
+    return make

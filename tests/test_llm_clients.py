@@ -3,39 +3,19 @@ import asyncio
 
 import pytest
 
-from ehrbench.llm.base import ChatRequest, ConfigurationError, RetryPolicy
+from ehrbench.llm.base import ChatRequest, ConfigurationError
 from ehrbench.llm.gemini import GeminiModel
 from ehrbench.llm.openai_compatible import OpenAICompatibleModel
 from ehrbench.trial import InfrastructureError, Message, ToolCall
 
-from .fake_llm_server import FakeLLMServer, Reply
+from .conftest import FAST
+from .fake_llm_server import Reply
 
-FAST = RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
 TOOLS = [{"name": "sql_execute", "description": "run SQL",
           "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}]
 CONVERSATION = [Message("user", "How many patients?"),
                 Message("assistant", tool_call=ToolCall("sql_execute", {"query": "SELECT COUNT(*) FROM d"}, "c1")),
                 Message("tool", "[(100,)]", tool_call_id="c1")]
-
-
-@pytest.fixture
-def server():
-    s = FakeLLMServer().start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture(params=["openai", "gemini"])
-def model_factory(request, server, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
-    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test-key")
-
-    def make(**kwargs):
-        if request.param == "openai":
-            return OpenAICompatibleModel("gpt-4o", base_url=server.url + "/v1", retry=FAST, **kwargs)
-        return GeminiModel("gemini-2.5-flash", base_url=server.url, retry=FAST, **kwargs)
-    make.provider = request.param
-    return make
 
 
 def run(coro):

@@ -12,33 +12,12 @@ from ehrbench.llm.openai_compatible import OpenAICompatibleModel
 from ehrbench.llm.usage import MeteredModel, Price, UsageMeter
 from ehrbench.trial import InfrastructureError, Message, ToolCall
 
-from .fake_llm_server import FakeLLMServer, Reply
+from .conftest import FAST
+from .fake_llm_server import Reply
 
-FAST = RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
 ASK = [Message("user", "How many patients?")]
 TOOLS = [{"name": "sql_execute", "description": "run SQL",
           "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}]
-
-
-@pytest.fixture
-def server():
-    s = FakeLLMServer().start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture(params=["openai", "gemini"])
-def make(request, server, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
-    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test-key")
-
-    def build(**kwargs):
-        kwargs.setdefault("retry", FAST)
-        if request.param == "openai":
-            return OpenAICompatibleModel("gpt-4o", base_url=server.url + "/v1", **kwargs)
-        return GeminiModel("gemini-2.5-flash", base_url=server.url, **kwargs)
-    build.provider = request.param
-    return build
 
 
 def run(coro):
@@ -46,12 +25,12 @@ def run(coro):
 
 
 # --- 1. rate limits ------------------------------------------------------------------------------------------------
-def test_a_429_waits_as_long_as_the_provider_asks_and_holds_off_every_call_to_the_model(make, server):
-    wait = Reply(status=429, headers={"Retry-After": "2"}) if make.provider == "openai" else \
+def test_a_429_waits_as_long_as_the_provider_asks_and_holds_off_every_call_to_the_model(model_factory, server):
+    wait = Reply(status=429, headers={"Retry-After": "2"}) if model_factory.provider == "openai" else \
         Reply(status=429, retry_delay="2s")
     server.push(wait, Reply(text="ok"))
     limiter = RateLimiter(concurrency=4)
-    model = make(limiter=limiter)
+    model = model_factory(limiter=limiter)
     started = time.monotonic()
     assert run(model.complete(ChatRequest(ASK))).text == "ok"
     assert time.monotonic() - started >= 1.9                       # not the 0.01 s backoff: the provider's 2 s
@@ -121,29 +100,29 @@ def test_gemini_is_never_sent_an_empty_text_part(server, monkeypatch):
 
 
 # --- 3. empty, cut-off and blocked answers -------------------------------------------------------------------------
-def test_an_empty_200_is_retried_and_its_tokens_are_counted(make, server):
+def test_an_empty_200_is_retried_and_its_tokens_are_counted(model_factory, server):
     server.push(Reply(empty=True, usage=(7, 0)), Reply(text="ok", usage=(10, 5)))
-    response = run(make().complete(ChatRequest(ASK)))
+    response = run(model_factory().complete(ChatRequest(ASK)))
     assert response.text == "ok" and (response.usage.input_tokens, response.usage.output_tokens) == (17, 5)
 
 
-def test_a_cut_off_answer_is_a_recorded_truncated_turn(make, server):
-    finish = "length" if make.provider == "openai" else "MAX_TOKENS"
+def test_a_cut_off_answer_is_a_recorded_truncated_turn(model_factory, server):
+    finish = "length" if model_factory.provider == "openai" else "MAX_TOKENS"
     server.push(Reply(text="There are thir", finish=finish))
-    response = run(make().complete(ChatRequest(ASK)))
+    response = run(model_factory().complete(ChatRequest(ASK)))
     assert (response.text, response.finish_reason) == ("There are thir", finish)
 
 
 @pytest.mark.parametrize("case", ["cut off before anything", "blocked answer"])
-def test_an_answer_that_never_came_is_the_models_failure_with_the_reason(make, server, case):
-    openai = make.provider == "openai"
+def test_an_answer_that_never_came_is_the_models_failure_with_the_reason(model_factory, server, case):
+    openai = model_factory.provider == "openai"
     reply, reason = {
         "cut off before anything": (Reply(finish="length" if openai else "MAX_TOKENS"), "output-token limit"),
         "blocked answer": (Reply(finish="content_filter" if openai else "SAFETY"), "blocked"),
     }[case]
     server.push(reply)
     meter = UsageMeter()
-    metered = MeteredModel(make(), "agent", meter, Price(1.0, 1.0))
+    metered = MeteredModel(model_factory(), "agent", meter, Price(1.0, 1.0))
     with pytest.raises(ModelTurnError, match=reason):
         run(metered.complete(ChatRequest(ASK)))
     assert len(server.requests) == 1                               # the same request would get the same refusal
@@ -177,10 +156,10 @@ def test_an_agent_whose_answer_never_came_ends_its_trial_saying_why(server, monk
 
 
 # --- 4. missing usage ----------------------------------------------------------------------------------------------
-def test_a_response_without_usage_is_counted_as_unknown_not_free(make, server, caplog):
+def test_a_response_without_usage_is_counted_as_unknown_not_free(model_factory, server, caplog):
     server.push(Reply(text="ok", usage=None), Reply(text="ok", usage=None))
     meter = UsageMeter()
-    metered = MeteredModel(make(), "agent", meter, Price(1.0, 1.0))
+    metered = MeteredModel(model_factory(), "agent", meter, Price(1.0, 1.0))
     with caplog.at_level("WARNING"):
         run(metered.complete(ChatRequest(ASK)))
         run(metered.complete(ChatRequest(ASK)))
@@ -190,11 +169,11 @@ def test_a_response_without_usage_is_counted_as_unknown_not_free(make, server, c
 
 
 # --- 5. what a failed call spent -----------------------------------------------------------------------------------
-def test_a_call_that_fails_for_good_is_metered_for_what_it_spent(make, server):
+def test_a_call_that_fails_for_good_is_metered_for_what_it_spent(model_factory, server):
     server.push(*[Reply(empty=True, usage=(10, 0))] * 3)
     meter = UsageMeter()
     with pytest.raises(InfrastructureError, match="failed 3 times"):
-        run(MeteredModel(make(), "agent", meter, Price(1.0, 1.0)).complete(ChatRequest(ASK)))
+        run(MeteredModel(model_factory(), "agent", meter, Price(1.0, 1.0)).complete(ChatRequest(ASK)))
     row = meter.by_role["agent"]
     assert (row["failed_calls"], row["input_tokens"]) == (1, 30) and row["cost_usd"] == pytest.approx(30 / 1e6)
 
