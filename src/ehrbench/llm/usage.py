@@ -44,8 +44,6 @@ class UsageMeter:
         row = self.by_role.setdefault(role, {"calls": 0, "input_tokens": 0, "output_tokens": 0,
                                              "cached_tokens": 0, "cost_usd": 0.0, "calls_without_usage": 0,
                                              "failed_calls": 0})
-        row.setdefault("calls_without_usage", 0)
-        row.setdefault("failed_calls", 0)
         row["calls"] += 1
         row["failed_calls"] += int(failed)
         if not usage.reported:

@@ -9,6 +9,7 @@ key) and counts the strings it `encoded`, which is how tests prove a cached inde
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -78,8 +79,6 @@ class RemoteEmbedder:
         raise NotImplementedError
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        import time
-
         rows: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
             batch = [t if t.strip() else " " for t in texts[start:start + self.batch_size]]   # APIs refuse ""
