@@ -6,9 +6,9 @@ DuckDB has no authorizer, so the guards come from its own settings and from the 
 - exactly one statement, and it must be a SELECT (DuckDB's parser says so: `extract_statements`), so INSERT,
   UPDATE, DELETE, CREATE, DROP, ATTACH, PRAGMA, SET, COPY, INSTALL and LOAD are refused with their kind named;
 - a timer interrupts a statement at its deadline (the connection stays usable);
-- `memory_limit` bounds the engine's buffer memory (DuckDB's Python client materializes a whole result there, so a
-  result larger than it is stopped) and `fetch_bounded` (db/limits.py) bounds what reaches Python: one value and the
-  kept rows;
+- `memory_limit` bounds the engine's buffer memory and `max_temp_directory_size` what it may spill to disk (as much
+  again), so a sort or join that must hold more is stopped; results stream, and `fetch_bounded` (db/limits.py)
+  bounds what reaches Python: one value and the kept rows;
 - DuckDB's strings live outside its `memory_limit` (`repeat('x', 400000000)` over ten rows builds 4 GB), so
   `DuckDatabase` runs the engine (`DuckEngine`) in sandboxed child processes with a hard address-space cap
   (`db/sandbox.py`): a query that outgrows it costs that child, which is replaced, and the agent is told the limit.
@@ -74,8 +74,9 @@ class DuckEngine(_Schema):
         return self.schema
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
-        config = {"access_mode": "READ_ONLY", "memory_limit": f"{self.limits.max_heap_bytes // 2**20}MB",
-                  "temp_directory": self._spill, "threads": 2, "autoinstall_known_extensions": False,
+        megabytes = f"{self.limits.max_heap_bytes // 2**20}MB"
+        config = {"access_mode": "READ_ONLY", "memory_limit": megabytes, "temp_directory": self._spill,
+                  "max_temp_directory_size": megabytes, "threads": 2, "autoinstall_known_extensions": False,
                   "autoload_known_extensions": False}
         conn = duckdb.connect(str(self.path), read_only=True, config=config)
         conn.execute("SET enable_external_access = false")
