@@ -62,9 +62,9 @@ def main() -> None:
 
     spec = WorldSpec(seed=0, dictionary="used")
     paths = {db: str(build_database(db, spec, ROOT / "data" / "generated")) for db in ("mimic_iv_star", "eicu_star")}
-    options = {"name": "ehrchatqa", "databases": list(paths), "flows": ["incre", "adapt"], "sql_timeout_s": 60,
+    bench_options = {"name": "ehrchatqa", "databases": list(paths), "flows": ["incre", "adapt"], "sql_timeout_s": 60,
                "task_dir": str(ROOT / "data" / "tasks" / "ehrchatqa"), "web_search": "vocabulary"}
-    bench = benchmarks.load("ehrchatqa", options)
+    bench = benchmarks.load("ehrchatqa", bench_options)
     tasks = bench.tasks()
     cores = os.cpu_count()
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False,
@@ -81,7 +81,8 @@ def main() -> None:
         options = RuntimeOptions(max_in_flight=concurrency, user_simulators=args.user_simulators)
         for worker in runtime.workers:
             ray.kill(worker)
-        start_workers(runtime, TrialSettings("ehrchatqa", options, agent_latency_s=latency, user_latency_s=latency), options)
+        settings = TrialSettings("ehrchatqa", bench_options, agent_latency_s=latency, user_latency_s=latency)
+        start_workers(runtime, settings, options)
         ray.get([w.run.remote(tasks[0], 99, 0) for w in runtime.workers])        # workers up before the clock
         trials = -(-n_trials // len(tasks))
         order = [(t.key, i) for i in range(trials) for t in tasks]
@@ -101,11 +102,15 @@ def main() -> None:
         wall = time.perf_counter() - start
         if tracker:
             tracker.finish()
+            tail = time.perf_counter() - start - wall
+            print(f"  ({label}: the last trace stored {tail:.1f} s after the last trial ended)")
         return records, wall
 
     print("zero latency: the harness's own cost per trial")
     records, wall = run(args.zero_latency_trials, 256, 0.0, "zero-latency")
     ok = sum(1 for r in records if r.reward == 1.0)
+    if not ok:
+        print("  first error:", records[0].termination, (records[0].error or "")[-1500:])
     calls = sum(len(r.model_calls) for r in records)
     print(f"  {len(records)} trials ({ok} succeeded, {calls / len(records):.1f} model calls and "
           f"{sum(r.tool_calls for r in records) / len(records):.1f} tool calls each) in {wall:.1f} s: "
