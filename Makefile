@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-probe clean
+.PHONY: install run test bench bench-throughput bench-traces bench-probe clean
 install: $(BIN)/.installed
 
 run: install
@@ -30,6 +30,9 @@ bench-probe: install
 
 bench-throughput: install
 	$(BIN)/python bench/bench_throughput.py $(ARGS)
+
+bench-traces: install
+	$(BIN)/python bench/bench_traces.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) data/generated mlruns/* .cache

@@ -12,10 +12,10 @@ import mlflow
 from .conftest import ROOT
 
 
-def _main_job(tmp_path: Path, cluster, *extra: str) -> list[str]:
+def _main_job(tmp_path: Path, cluster, *extra: str, traces: bool = False) -> list[str]:
     return [sys.executable, "-m", "ehrbench", "trials=2", "data.dictionary=used", f"data.root={tmp_path / 'gen'}",
             f"data.index_cache={tmp_path / 'gen' / 'vi'}", f"tracking.root={tmp_path / 'mlruns'}",
-            f"runtime.address={cluster.address}", "tracking.log_traces=false",
+            f"runtime.address={cluster.address}", f"tracking.log_traces={str(traces).lower()}",
             f"hydra.run.dir={tmp_path / 'out'}", *extra]
 
 
@@ -62,7 +62,7 @@ def test_killed_worker_and_actor_cost_a_retry_not_a_trial(ray_cluster, tmp_path)
 
 
 def test_driver_killed_mid_run_then_rerun_resumes_without_duplicates_or_loss(ray_cluster, tmp_path):
-    cmd = _main_job(tmp_path, ray_cluster, "limit_tasks=15")
+    cmd = _main_job(tmp_path, ray_cluster, "limit_tasks=15", traces=True)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for_records(tmp_path, 20, proc)
     proc.send_signal(signal.SIGKILL)
@@ -75,6 +75,13 @@ def test_driver_killed_mid_run_then_rerun_resumes_without_duplicates_or_loss(ray
     assert len(keys) == len(set(keys)) == 4 * 15 * 2                    # no duplicate, no loss
     assert before <= set(keys)
     assert "resuming run" in out.stderr + out.stdout
+    # every trial has exactly one trace: those the killed driver had not written are written by the rerun
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+    traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, include_spans=False,
+                                  return_type="list", max_results=1000)
+    names = sorted(t.info.tags["mlflow.traceName"] for t in traces)
+    assert names == sorted(f"{task}#{trial}" for task, trial in keys)
 
 
 def _start_mlflow_server(tmp_path: Path, port: int) -> subprocess.Popen:

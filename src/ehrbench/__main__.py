@@ -258,6 +258,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if done:
         log.info("resuming run %s: %d trials already finished", identity, len(done))
     tracker, store_uri = open_tracker(conf, params, run_name, checkpoint, identity)
+    if tracker.resumed and (missing := tracker.log_missing_traces(records)):
+        log.info("resuming: %d checkpointed trials had no trace yet; writing them", missing)
     reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
 
     def on_record(record: TrialRecord) -> None:

@@ -6,23 +6,27 @@ Default store: `sqlite:///mlruns/mlflow.db` with artifacts under `mlruns/artifac
 that URI shows every run. Each trial attempt is a trace whose spans carry their real start and end times: user
 turns and agent steps, the model calls inside them (role, model, tokens), and tool calls. The rule reward and the
 simulation validator's verdict are attached to the trace as assessments (feedback), and also as tags for filtering;
-so is every grader's decision a benchmark records (`TrialRecord.assessments`).
+so is every grader's decision a benchmark records (`TrialRecord.assessments`). Traces are built and stored by
+`traces.py` from a low-priority writer process (`TraceWriter`), so that tracing costs the trials no CPU.
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
 import queue
 import re
 import threading
 from pathlib import Path
 
 import mlflow
-from mlflow.entities import AssessmentSource, SpanType
+from mlflow.tracing.client import TracingClient
+from mlflow.tracing.utils.environment import resolve_env_metadata
 
 from ..trial import TrialRecord
+from .traces import build_trace, trace_ids, write_traces
 
-TRACE_BACKLOG = 512    # traces waiting for the writer thread before `log_trial` blocks (backpressure, never loss)
-FLUSH_EVERY = 32       # traces between drains of MLflow's export queue (its queues drop what overflows them)
-IDLE = object()
+TRACE_BACKLOG = 4096   # traces waiting for the writer thread before `log_trial` blocks (backpressure, never loss)
+BATCH = 256            # traces stored per write (one `log_spans` call)
 SECRET_KEY = re.compile(r"(api_?key|token|secret|password|authorization)", re.I)
 
 
@@ -58,139 +62,96 @@ def local_store(root: str | Path) -> tuple[str, str]:
     return f"sqlite:///{root / 'mlflow.db'}", (root / "artifacts").as_uri()
 
 
-def _ns(seconds: float) -> int:
-    return int(seconds * 1e9)
+class TraceWriter:
+    """Writes trial traces from a process of its own, at the lowest CPU priority, losing none.
 
-
-def trial_trace(record: TrialRecord, run_id: str | None = None) -> str:
-    """Build the trial's trace from its timed messages and model calls; returns the trace id.
-
-    Messages are timed on the trial's monotonic clock, model calls on the wall clock; the two agree to well under a
-    millisecond, and each parent span is widened to cover its children so the tree stays well-formed.
-    """
-    t0 = record.started_at
-    calls = sorted(record.model_calls, key=lambda c: c["t"])
-    steps = []   # (message index, start, end, the model calls inside)
-    for j, m in enumerate(record.messages):
-        start = t0 + m.get("t", 0.0)
-        end = start + m.get("dt", 0.0)
-        inside = []
-        if m["role"] != "tool":
-            agent = m["role"] == "assistant"
-            inside = [c for c in calls if start - 1e-3 <= t0 + c["t"] <= end + 1e-3 and (c["role"] == "agent") == agent]
-            for c in inside:
-                calls.remove(c)
-            start = min([start] + [t0 + c["t"] for c in inside])
-            end = max([end] + [t0 + c["t"] + c["dt"] for c in inside])
-        steps.append((j, start, end, inside))
-    first = min([t0] + [s for _, s, _, _ in steps] + [t0 + c["t"] for c in calls])
-    last = max([t0 + record.duration_s] + [e for _, _, e, _ in steps] + [t0 + c["t"] + c["dt"] for c in calls])
-    root = mlflow.start_span_no_context(f"{record.task_key}#{record.trial}", span_type=SpanType.AGENT,
-                                        inputs={"task": record.task_key, "trial": record.trial,
-                                                "attempt": record.attempt, "rerun": record.rerun},
-                                        tags={"task": record.task_key, "trial": str(record.trial),
-                                              "termination": record.termination, "reward": str(record.reward)},
-                                        metadata={"mlflow.sourceRun": run_id} if run_id else None,
-                                        start_time_ns=_ns(first))
-    msgs = record.messages
-    for j, start, end, inside in steps:
-        m = msgs[j]
-        if m["role"] == "tool":
-            call = (msgs[j - 1].get("tool_call") or {}) if j else {}
-            span = mlflow.start_span_no_context(call.get("name", "tool"), span_type=SpanType.TOOL, parent_span=root,
-                                                inputs=call.get("arguments"), start_time_ns=_ns(start))
-            span.end(outputs=m["content"], end_time_ns=_ns(end))
-            continue
-        name = "agent step" if m["role"] == "assistant" else "user turn"
-        step = mlflow.start_span_no_context(name, span_type=SpanType.CHAIN, parent_span=root, start_time_ns=_ns(start))
-        if m.get("finish_reason"):          # the model's turn did not end normally (cut off at its token limit)
-            step.set_attributes({"finish_reason": m["finish_reason"]})
-        for c in inside:
-            _model_span(c, step, t0)
-        step.end(outputs=m.get("tool_call") or m["content"], end_time_ns=_ns(end))
-    for c in calls:   # after the conversation: the simulation validator
-        _model_span(c, root, t0)
-    root.set_attributes({"termination": record.termination, "reward": str(record.reward)})
-    root.end(outputs={"termination": record.termination, "reward": record.reward, "error": record.error},
-             end_time_ns=_ns(last))
-    return root.trace_id
-
-
-def _model_span(call: dict, parent, t0: float) -> None:
-    span = mlflow.start_span_no_context(f"{call['role']}: {call['model']}", span_type=SpanType.CHAT_MODEL,
-                                        parent_span=parent, start_time_ns=_ns(t0 + call["t"]),
-                                        attributes={k: call[k] for k in ("role", "model", "input_tokens",
-                                                                         "output_tokens", "cached_tokens")})
-    span.end(end_time_ns=_ns(t0 + call["t"] + call["dt"]))
-
-
-def log_assessments(trace_id: str, record: TrialRecord) -> None:
-    """The rule reward (code) and the validator's verdict (LLM judge) as feedback on the trial's trace."""
-    if record.reward is not None:
-        mlflow.log_feedback(trace_id=trace_id, name="reward", value=float(record.reward),
-                            source=AssessmentSource("CODE", "ehrbench.rule_reward"),
-                            rationale=f"termination: {record.termination}")
-    if record.validation:
-        v = record.validation
-        mlflow.log_feedback(trace_id=trace_id, name="simulation_validity", value=str(v.get("result")),
-                            source=AssessmentSource("LLM_JUDGE", "ehrbench.simulation_validator"),
-                            rationale=str(v.get("explanation") or v.get("skipped") or v.get("unparsed") or "")[:4000],
-                            metadata={k: str(v[k])[:500] for k in ("broken_rule", "evidence") if k in v})
-    for a in record.assessments:
-        mlflow.log_feedback(trace_id=trace_id, name=a["name"], value=a["value"],
-                            source=AssessmentSource(a.get("source_type", "LLM_JUDGE"), a.get("source_id", "ehrbench")),
-                            rationale=str(a.get("rationale", ""))[:4000] or None,
-                            metadata={k: str(v)[:500] for k, v in (a.get("metadata") or {}).items()} or None)
-
-
-class TraceWriter(threading.Thread):
-    """Writes each trial's trace and then its assessments, off the scheduling loop, losing none.
-
-    MLflow exports traces asynchronously in batches, and discards them (with a warning) when its queues are full,
-    which happens as soon as trials finish faster than the store writes them; an assessment can only attach to a
-    trace already stored. So this thread builds traces, lets MLflow's exporter write them, and every
-    `FLUSH_EVERY` traces (or when idle) waits for the exporter to drain before logging those traces' assessments.
-    The queue in front of it is bounded: a slow store slows the run down instead of losing traces.
+    Storing a trace costs the store tens of milliseconds of CPU (MLflow's SQL store builds one row per span); on
+    a small machine that work would take cores from the trials. So it runs in a separate process under `nice 19`,
+    on whatever CPU the trials leave idle, and catches up when they finish (`close` waits for the last trace).
+    Records wait in a bounded queue that a feeder thread sends down a pipe: a store slower than the trials slows
+    the run down instead of losing traces. The process holds only the pipe's read end, so when the driver dies
+    (even mid-record) it reads end-of-file and exits; the records are on disk and a rerun writes their traces.
     """
 
-    def __init__(self, run_id: str):
-        super().__init__(name="ehrbench-trace-writer", daemon=True)
-        self.run_id = run_id
+    def __init__(self, run_id: str, experiment_id: str, tracking_uri: str):
+        ctx = multiprocessing.get_context("spawn")          # never fork a process that holds Ray's threads
+        records_in, self._records_out = ctx.Pipe(duplex=False)
+        self._reports_in, reports_out = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=_write_traces_forever, name="ehrbench-trace-writer", daemon=True,
+                                   args=(records_in, reports_out, run_id, experiment_id, tracking_uri))
+        self.process.start()
+        records_in.close()
+        reports_out.close()
         self.backlog: queue.Queue = queue.Queue(maxsize=TRACE_BACKLOG)
         self.error: Exception | None = None
         self.written = 0
-        self.start()
+        self._feeder = threading.Thread(target=self._feed, name="ehrbench-trace-feeder", daemon=True)
+        self._feeder.start()
 
-    def put(self, record: TrialRecord) -> None:
-        self.backlog.put(record)
-
-    def run(self) -> None:
-        pending: list[tuple[str, TrialRecord]] = []
+    def _feed(self) -> None:
         while True:
+            record = self.backlog.get()
             try:
-                record = self.backlog.get(timeout=1.0) if pending else self.backlog.get()
-            except queue.Empty:
-                record = IDLE
-            if record is not None and record is not IDLE and self.error is None:
-                try:
-                    pending.append((trial_trace(record, self.run_id), record))
-                except Exception as e:  # noqa: BLE001 - surfaced by the tracker in the main thread
-                    self.error = e
-            if pending and (record is None or record is IDLE or len(pending) >= FLUSH_EVERY):
-                try:
-                    mlflow.flush_trace_async_logging()
-                    for trace_id, done in pending:
-                        log_assessments(trace_id, done)
-                    self.written += len(pending)
-                except Exception as e:  # noqa: BLE001
-                    self.error = self.error or e
-                pending.clear()
+                self._records_out.send(record)
+            except OSError:              # the writer process is gone; `close` reports it
+                return
             if record is None:
                 return
 
+    def put(self, record: TrialRecord) -> None:
+        self._read_reports()
+        if self.error is None:
+            self.backlog.put(record)
+
+    def _read_reports(self, until_closed: bool = False) -> None:
+        while until_closed or self._reports_in.poll():
+            try:
+                kind, value = self._reports_in.recv()
+            except EOFError:
+                self.error = self.error or RuntimeError("the trace writer process died")
+                return
+            if kind == "written":
+                self.written += value
+            elif kind == "error":
+                self.error = self.error or RuntimeError(f"writing traces failed: {value}")
+            elif kind == "closed":
+                return
+
     def close(self) -> None:
+        """Wait until every queued trace is stored (or the writer has failed)."""
         self.backlog.put(None)
-        self.join()
+        self._read_reports(until_closed=True)
+        self.process.join()
+        self._records_out.close()
+
+
+def _write_traces_forever(records_in, reports_out, run_id: str, experiment_id: str, tracking_uri: str) -> None:
+    """The writer process: batches of records to the store until None (or the driver is gone)."""
+    try:                                           # run only on CPU nothing else wants (Linux), else nice 19
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
+    client = TracingClient(tracking_uri)
+    metadata = resolve_env_metadata()              # source, git commit, user: the same for every trace
+    failed = False
+    closing = False
+    while not closing:
+        try:
+            batch = [records_in.recv()]
+            while len(batch) < BATCH and batch[-1] is not None and records_in.poll():
+                batch.append(records_in.recv())
+        except EOFError:                           # the driver died: its records are on disk
+            return
+        closing = batch[-1] is None
+        records = [r for r in batch if r is not None]
+        if records and not failed:
+            try:
+                write_traces(client, experiment_id, [build_trace(r, experiment_id, run_id, metadata) for r in records])
+                reports_out.send(("written", len(records)))
+            except Exception as e:  # noqa: BLE001 - raised in the driver by the tracker
+                failed = True
+                reports_out.send(("error", f"{type(e).__name__}: {e}"))
+    reports_out.send(("closed", 0))
 
 
 class MlflowTracker:
@@ -210,16 +171,34 @@ class MlflowTracker:
             self.run = mlflow.start_run(run_name=run_name)
             mlflow.log_params(flatten(params))
         if log_traces:
-            self._writer = TraceWriter(self.run.info.run_id)
+            self._writer = TraceWriter(self.run.info.run_id, self.run.info.experiment_id, tracking_uri)
 
     def log_trial(self, record: TrialRecord) -> None:
         """Queue the trial's trace (written with its assessments by the writer thread); blocks while the backlog
         is full, and raises here if the writer has failed (the tracking store is gone)."""
         if not self.log_traces:
             return
+        self._writer.put(record)
         if self._writer.error:
             raise self._writer.error
-        self._writer.put(record)
+
+    def log_missing_traces(self, records: list[TrialRecord]) -> int:
+        """Queue the traces of checkpointed trials that the store lacks (the last run stopped before writing them);
+        returns how many. Trace ids are derived from the trial, so the store's answer is exact."""
+        if not self.log_traces or not records:
+            return 0
+        stored, token = set(), None
+        while True:
+            page = TracingClient().search_traces(locations=[self.run.info.experiment_id], run_id=self.run.info.run_id,
+                                                 include_spans=False, max_results=500, page_token=token)
+            stored.update(t.info.trace_id for t in page)
+            token = page.token
+            if not token:
+                break
+        missing = [r for r in records if trace_ids(self.run.info.run_id, r)[1] not in stored]
+        for r in missing:
+            self.log_trial(r)
+        return len(missing)
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         mlflow.log_metrics({metric_name(k): float(v) for k, v in metrics.items()})
