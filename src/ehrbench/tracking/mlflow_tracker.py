@@ -25,7 +25,7 @@ from mlflow.tracing.utils.environment import resolve_env_metadata
 from ..trial import TrialRecord
 from .traces import build_trace, trace_ids, write_traces
 
-TRACE_BACKLOG = 4096   # traces waiting for the writer thread before `log_trial` blocks (backpressure, never loss)
+TRACE_BACKLOG = 4096   # traces waiting for the writer process before `log_trial` blocks (backpressure, never loss)
 BATCH = 256            # traces stored per write (one `log_spans` call)
 SECRET_KEY = re.compile(r"(api_?key|token|secret|password|authorization)", re.I)
 
@@ -174,7 +174,7 @@ class MlflowTracker:
             self._writer = TraceWriter(self.run.info.run_id, self.run.info.experiment_id, tracking_uri)
 
     def log_trial(self, record: TrialRecord) -> None:
-        """Queue the trial's trace (written with its assessments by the writer thread); blocks while the backlog
+        """Queue the trial's trace (written with its assessments by the writer process); blocks while the backlog
         is full, and raises here if the writer has failed (the tracking store is gone)."""
         if not self.log_traces:
             return
