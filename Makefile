@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-traces bench-probe clean
+.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale clean
 install: $(BIN)/.installed
 
 run: install
@@ -24,6 +24,9 @@ test: install
 
 bench: install
 	$(BIN)/python bench/bench_world.py $(ARGS)
+
+bench-scale: install
+	$(BIN)/python bench/bench_world_scale.py $(ARGS)
 
 bench-probe: install
 	$(BIN)/python bench/probe_world.py $(ARGS)

@@ -50,3 +50,51 @@ def test_brands_are_known_to_the_drug_vocabulary():
             assert found, f"{brand} unknown to drug-named-entity-recognition"
             synonyms = found[0][0]["synonyms"] + [found[0][0]["name"].lower()]
             assert drug.name.split()[0].split("-")[0] in " ".join(synonyms), (brand, drug.name)
+
+
+SMALL = WorldSpec(seed=5, size=WorldSize(mimic_patients=23, eicu_patients=41, eicu_hospitals=3), dictionary="used")
+
+
+def test_a_database_is_the_same_file_however_its_patients_are_chunked(tmp_path):
+    from ehrbench.schemas.build import build_in_process
+
+    for db in ("mimic_iv_star", "eicu_star"):
+        one = build_in_process(db, SMALL, tmp_path / f"{db}-one.sqlite", chunk_patients=10_000).read_bytes()
+        for size in (1, 7):
+            chunked = build_in_process(db, SMALL, tmp_path / f"{db}-{size}.sqlite", chunk_patients=size)
+            assert chunked.read_bytes() == one, (db, size)
+
+
+def test_chunks_hand_out_every_id_once_in_order_and_costs_point_at_their_events(tmp_path):
+    from ehrbench.schemas.build import build_in_process
+    from ehrbench.world.generator import generate_world
+
+    world = generate_world(SMALL.seed, SMALL.size)
+    eicu = sqlite3.connect(build_in_process("eicu_star", SMALL, tmp_path / "e.sqlite", chunk_patients=4))
+    units = [r[0] for r in eicu.execute("SELECT unit_id FROM icupatient ORDER BY rowid")]
+    assert len(units) == sum(len(a.icu_stays) for p in world.patients for a in p.admissions)
+    assert units == sorted(set(units))                     # one sorted pool, sliced in patient order
+    for kind, table, key in (("condition", "condition", "condition_id"), ("lab", "lab", "lab_id"),
+                             ("prescription", "prescription", "prescription_id")):
+        orphans = eicu.execute(f"SELECT COUNT(*) FROM cost c LEFT JOIN {table} t ON c.event_id = t.{key} "
+                               f"WHERE c.event_type = '{kind}' AND t.{key} IS NULL").fetchone()[0]
+        assert orphans == 0, kind
+    assert eicu.execute("SELECT COUNT(*), COUNT(DISTINCT lab_id), MAX(lab_id) + 1 FROM lab").fetchone() == \
+        (eicu.execute("SELECT COUNT(*) FROM lab").fetchone()[0],) * 3
+    mimic = sqlite3.connect(build_in_process("mimic_iv_star", SMALL, tmp_path / "m.sqlite", chunk_patients=4))
+    assert mimic.execute("SELECT COUNT(*) FROM demographics").fetchone()[0] == SMALL.size.n_mimic
+    # the `used` dictionary gathers the codes of every chunk
+    assert mimic.execute("SELECT COUNT(*) FROM diagnosiscodes").fetchone()[0] == \
+        mimic.execute("SELECT COUNT(*) FROM (SELECT DISTINCT icdcode, codeversion FROM admissiondiagnoses)").fetchone()[0]
+
+
+def test_built_as_ray_tasks_the_database_is_byte_identical_to_the_single_process_build(tmp_path, ray_cluster):
+    from ehrbench.schemas.build import build_in_process, build_on_ray
+
+    for db in ("mimic_iv_star", "eicu_star"):
+        local = build_in_process(db, SMALL, tmp_path / f"{db}-local.sqlite", chunk_patients=10_000)
+        on_ray, worker_peak_mb = build_on_ray(db, SMALL, tmp_path / f"{db}-ray.sqlite", chunk_patients=6,
+                                              max_in_flight=2)
+        assert on_ray.read_bytes() == local.read_bytes(), db
+        assert worker_peak_mb > 0
+    assert not [p for p in tmp_path.iterdir() if "parts" in p.name or ".tmp" in p.name]   # no leftovers

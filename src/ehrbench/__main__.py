@@ -100,7 +100,8 @@ def select_tasks(tasks: list, limit: int | None) -> list:
 
 # --- step 2: databases --------------------------------------------------------------------------------------------
 def prepare_databases(resources: Resources, conf: RunConfig) -> dict[str, str]:
-    """db id -> file: the user's own (`data.<db>.path`, schema checked) or built from the synthetic world (cached)."""
+    """db id -> file: the user's own (`data.<db>.path`, schema checked) or built from the synthetic world (cached;
+    a new one is built in patient chunks as Ray tasks across the cluster)."""
     from .schemas import WorldSpec, build_database, check_database_file
     from .world.generator import WorldSize
 
@@ -113,15 +114,14 @@ def prepare_databases(resources: Resources, conf: RunConfig) -> dict[str, str]:
             log.info("database %s: your file %s", db_id, paths[db_id])
         else:
             log.info("database %s: building or reusing", db_id)
-            paths[db_id] = str(build_database(db_id, spec, Path(conf.data.root)))
+            paths[db_id] = str(build_database(db_id, spec, Path(conf.data.root), on_ray=True))
     return paths
 
 
 # --- step 3: the runtime ------------------------------------------------------------------------------------------
-def start_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, settings: TrialSettings, bench):
+def connect_ray(conf: RunConfig, bench) -> None:
+    """Join the cluster at `address` (or start a local one); the databases are built on it, then the runtime."""
     import ray
-
-    from .runtime.runner import build_indexes, start_runtime, start_workers
 
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     runtime_env: dict = {"env_vars": env}
@@ -129,6 +129,11 @@ def start_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, sett
     if outside:          # a benchmark that is not part of ehrbench travels to every node with the job
         runtime_env["py_modules"] = [outside]
     ray.init(address=conf.address, ignore_reinit_error=True, log_to_driver=False, runtime_env=runtime_env)
+
+
+def start_runtime_on_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, settings: TrialSettings):
+    from .runtime.runner import build_indexes, start_runtime, start_workers
+
     runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=bool(resources.indexed_columns),
                             embedder=conf.data.embedder)
     embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns)
@@ -248,8 +253,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     identity = run_identity(params, digest)
     tasks = select_tasks(all_tasks, conf.run.limit_tasks)
     resources = bench.resources()
+    connect_ray(conf, bench)
     paths = prepare_databases(resources, conf)                                       # 2. databases
-    runtime, embedded, settings = start_ray(conf, paths, resources, settings, bench)  # 3. runtime
+    runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings)  # 3. runtime
 
     run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
     checkpoint = open_checkpoint(Path(conf.tracking.root) / "runs" / identity, conf.run.resume)   # 4. run

@@ -7,9 +7,8 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..world.generator import WorldSize, generate_world
+from ..world.generator import WorldSize
 from . import eicu_star, mimic_iv_star
-from .writer import write_sqlite
 
 SCHEMAS = {mimic_iv_star.DB_ID: mimic_iv_star, eicu_star.DB_ID: eicu_star}
 
@@ -41,16 +40,18 @@ def database_path(db_id: str, spec: WorldSpec, root: Path) -> Path:
     return Path(root) / f"{db_id}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.sqlite"
 
 
-def build_database(db_id: str, spec: WorldSpec, root: Path, force: bool = False) -> Path:
-    """The SQLite file of `db_id` for `spec`, built on first use and reused afterwards."""
+def build_database(db_id: str, spec: WorldSpec, root: Path, force: bool = False, on_ray: bool = False) -> Path:
+    """The SQLite file of `db_id` for `spec`, built on first use (in patient chunks, as Ray tasks when `on_ray`)
+    and reused afterwards."""
+    from .build import build_in_process, build_on_ray
+
     if db_id not in SCHEMAS:
         raise KeyError(f"unknown database {db_id!r}; known: {sorted(SCHEMAS)}")
     path = database_path(db_id, spec, root)
     if path.exists() and not force:
         return path
-    world = generate_world(spec.seed, spec.size)
-    schema = SCHEMAS[db_id]
-    return write_sqlite(schema.metadata(), schema.render(world, dictionary=spec.dictionary), path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return build_on_ray(db_id, spec, path)[0] if on_ray else build_in_process(db_id, spec, path)
 
 
 def check_database_file(db_id: str, path: str | Path) -> None:

@@ -8,13 +8,15 @@ brand in parentheses, as some eICU sites store them.
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 
 from sqlalchemy import Boolean, Column, Double, ForeignKey, Integer, MetaData, Table, Text
 
-from ..world.model import World
+from ..world.generator import WorldSize, hospitals
+from ..world.model import Patient
 from ..world.vocab import Drug, vocabulary
-from .ids import seeded_amount, unique_ids
-from .writer import Rows, fmt_time
+from .ids import seeded_amount
+from .writer import Ids, Rows, fmt_time
 
 DB_ID = "eicu_star"
 
@@ -107,27 +109,39 @@ def _age_text(age: int) -> str:
     return "> 89" if age > 89 else str(age)
 
 
-def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
-    """All eICU* rows of the world. `dictionary` is accepted for a uniform interface: eICU has no code tables."""
+# Demo-like id pools: label -> (low, high, how many the world draws given what all its patients took).
+ID_POOLS = {
+    "eicu/patients": (0, 3_000_000, lambda taken: taken["eicu/patients"]),
+    "eicu/hosp": (100_000, 1_000_000, lambda taken: taken["eicu/hosp"]),
+    "eicu/unit": (140_000, 3_400_000, lambda taken: taken["eicu/unit"]),
+}
+
+
+def patient_range(size: WorldSize) -> tuple[int, int]:
+    """The world's patient indices this database renders: all of them (those with an ICU stay appear)."""
+    return 0, size.n_mimic + size.n_eicu
+
+
+def render_shared(seed: int, size: WorldSize, dictionary: str, used: set, rows: Rows) -> None:
+    """The hospitals. `dictionary` is accepted for a uniform interface: eICU has no code tables."""
+    for h in hospitals(seed, size):
+        rows.add("hospital", hospital_id=h.index, bed_capacity_category=h.bed_category, teaching_status=h.teaching,
+                 region=h.region)
+
+
+def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) -> set:
+    """A chunk of patients' rows: every hospital stay with an ICU stay, events attached to the first unit stay."""
     v = vocabulary()
-    rows = Rows(metadata())
     add = rows.add
-    for h in world.hospitals:
-        add("hospital", hospital_id=h.index, bed_capacity_category=h.bed_category, teaching_status=h.teaching,
-            region=h.region)
-    icu_patients = [p for p in world.patients if any(a.icu_stays for a in p.admissions)]
-    n_hosp = sum(1 for p in icu_patients for a in p.admissions if a.icu_stays)
-    n_unit = sum(len(a.icu_stays) for p in icu_patients for a in p.admissions)
-    pids = unique_ids(world.seed, "eicu/patients", len(icu_patients), 0, 3_000_000)
-    hosp_ids = iter(unique_ids(world.seed, "eicu/hosp", n_hosp, 100_000, 1_000_000))
-    unit_ids = iter(unique_ids(world.seed, "eicu/unit", n_unit, 140_000, 3_400_000))
-    for p, raw in zip(icu_patients, pids):
+    icu_patients = [p for p in patients if any(a.icu_stays for a in p.admissions)]
+    for p in icu_patients:
+        raw = ids.next("eicu/patients")
         uniquepid = f"{raw // 100_000:03d}-{raw % 100_000:05d}"
         for a in p.admissions:
             if not a.icu_stays:
                 continue
-            hosp = next(hosp_ids)
-            stays = [(next(unit_ids), s) for s in a.icu_stays]
+            hosp = ids.next("eicu/hosp")
+            stays = [(ids.next("eicu/unit"), s) for s in a.icu_stays]
             for uid, s in stays:
                 add("icupatient", patient_id=uniquepid, hosp_id=hosp, unit_id=uid,
                     gender="female" if p.gender == "f" else "male", age=_age_text(a.age), ethnicity=p.ethnicity,
@@ -137,10 +151,12 @@ def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
                     hospital_admission_source=_hospital_source(a.admit_source), unit_admit_time=fmt_time(s.intime),
                     unit_discharge_time=fmt_time(s.outtime), hospital_discharge_time=fmt_time(a.discharge),
                     hospital_discharge_status=None if a.current else "expired" if a.died else "alive")
+                charted_at: dict = defaultdict(dict)       # one row per charting time, its vitals side by side
+                for e in s.vitals:
+                    if v.vitals[e.vital]["eicu"]:
+                        charted_at[e.time][v.vitals[e.vital]["eicu"]] = e.value
                 for vt in sorted({e.time for e in s.vitals if e.vital != "weight"}):
-                    vals = {v.vitals[e.vital]["eicu"]: e.value for e in s.vitals
-                            if e.time == vt and v.vitals[e.vital]["eicu"]}
-                    add("vital_signs", unit_id=uid, **vals, vital_time=fmt_time(vt))
+                    add("vital_signs", unit_id=uid, **charted_at.get(vt, {}), vital_time=fmt_time(vt))
                 for f in s.fluids:
                     spec = (v.inputs if f.direction == "intake" else v.outputs)[f.item]
                     add("fluid_balance", unit_id=uid, fluid_path=FLUID_PATH[f.direction].format(spec["eicu"]),
@@ -148,10 +164,10 @@ def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
             first_uid = stays[0][0]
             cost = lambda kind, eid, t, mean: add(  # noqa: E731
                 "cost", hosp_id=hosp, unit_id=first_uid, event_type=kind, event_id=eid, cost_time=fmt_time(t),
-                cost_amount=seeded_amount(world.seed, "eicu/" + kind, eid, mean))
+                cost_amount=seeded_amount(seed, "eicu/" + kind, eid, mean))
             for d in a.diagnoses:
                 c = v.conditions[d.key]
-                cid = add("condition", unit_id=first_uid, condition_name=condition_string(c, world.seed, hosp),
+                cid = add("condition", unit_id=first_uid, condition_name=condition_string(c, seed, hosp),
                           condition_time=fmt_time(d.time),
                           icd9_code=f"{_dotted(c.icd9.lower())}, {_dotted(c.icd10.lower())}")
                 cost("condition", cid, d.time, 25.0)
@@ -178,7 +194,7 @@ def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
             for drug_name, reaction in a.allergies:
                 add("allergy_reaction", unit_id=first_uid, drug_name=drug_name, allergy_name=reaction,
                     allergy_time=fmt_time(a.admit))
-    return rows.tables
+    return set()
 
 
 def _hospital_source(mimic_source: str) -> str:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from sqlalchemy import Column, Double, ForeignKey, Integer, MetaData, Table, Text
 
-from ..world.model import World
+from ..world.generator import WorldSize
+from ..world.model import Patient
 from ..world.vocab import icd_diagnoses, vocabulary
-from .ids import seeded_amount, unique_ids
-from .writer import Rows, fmt_time
+from .ids import seeded_amount
+from .writer import Ids, Rows, fmt_time
 
 DB_ID = "mimic_iv_star"
 
@@ -76,25 +77,27 @@ def _dose_text(dose: float) -> str:
     return repr(float(dose))
 
 
-def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
-    """All MIMIC-IV* rows of the world, table name -> rows in insertion order."""
-    v = vocabulary()
-    patients = world.mimic_patients()
-    n_adm = sum(len(p.admissions) for p in patients)
-    n_icu = sum(len(a.icu_stays) for p in patients for a in p.admissions)
-    pids = unique_ids(world.seed, "mimic/patients", len(patients), 10_000_000, 10_050_000)
-    hadms = iter(unique_ids(world.seed, "mimic/admissions", n_adm, 20_000_000, 30_000_000))
-    stays = iter(unique_ids(world.seed, "mimic/icustays", n_icu, 30_000_000, 40_000_000))
-    transfer_ids = iter(unique_ids(world.seed, "mimic/transfers", n_adm * 6 + 10, 30_000_000, 40_000_000))
-    rows = Rows(metadata())
-    add = rows.add
+# Demo-like id pools: label -> (low, high, how many the world draws given what all its patients took).
+ID_POOLS = {
+    "mimic/patients": (10_000_000, 10_050_000, lambda taken: taken["mimic/patients"]),
+    "mimic/admissions": (20_000_000, 30_000_000, lambda taken: taken["mimic/admissions"]),
+    "mimic/icustays": (30_000_000, 40_000_000, lambda taken: taken["mimic/icustays"]),
+    "mimic/transfers": (30_000_000, 40_000_000, lambda taken: taken["mimic/admissions"] * 6 + 10),
+}
 
-    # dictionaries ------------------------------------------------------------------------------------------------
-    used_dx = {(v.conditions[d.key].icd9 if a.icd_version == 9 else v.conditions[d.key].icd10, a.icd_version)
-               for p in patients for a in p.admissions for d in a.diagnoses}
+
+def patient_range(size: WorldSize) -> tuple[int, int]:
+    """The world's patient indices this database renders: the MIMIC site's."""
+    return 0, size.n_mimic
+
+
+def render_shared(seed: int, size: WorldSize, dictionary: str, used: set, rows: Rows) -> None:
+    """The dictionaries: every ICD code (`full`, as the demo) or only the diagnosis codes some patient has."""
+    v = vocabulary()
+    add = rows.add
     for version in (9, 10):
         table = icd_diagnoses(version)
-        codes = sorted(table) if dictionary == "full" else sorted(c for c, ver in used_dx if ver == version)
+        codes = sorted(table) if dictionary == "full" else sorted(c for c, ver in used if ver == version)
         for code in codes:
             add("diagnosiscodes", icdcode=code.lower(), codeversion=version, description=table[code])
     proc_codes = {}
@@ -112,11 +115,19 @@ def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
             add("clinicalitemtypes", itemcode=item["mimic_id"], itemname=item["mimic"],
                 abbreviation=item["abbreviation"], itemtype=itemtype)
 
+
+def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) -> set:
+    """A chunk of patients' rows; returns the (ICD code, version) pairs of their diagnoses, for the dictionary."""
+    v = vocabulary()
+    add = rows.add
+    used = {(v.conditions[d.key].icd9 if a.icd_version == 9 else v.conditions[d.key].icd10, a.icd_version)
+            for p in patients for a in p.admissions for d in a.diagnoses}
     # patients ----------------------------------------------------------------------------------------------------
-    for p, pid in zip(patients, pids):
+    for p in patients:
+        pid = ids.next("mimic/patients")
         add("demographics", patientid=pid, gender=p.gender, dateofbirth=fmt_time(p.dob), dateofdeath=fmt_time(p.dod))
         for a in p.admissions:
-            hadm = next(hadms)
+            hadm = ids.next("mimic/admissions")
             add("hospitaladmissions", patientid=pid, admissionid=hadm, admitdatetime=fmt_time(a.admit),
                 dischargedatetime=fmt_time(a.discharge), admissiontype=a.admission_type, admitsource=a.admit_source,
                 dischargedestination=a.discharge_destination, insurancetype=a.insurance, language=a.language,
@@ -128,27 +139,27 @@ def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
                 r = add("admissiondiagnoses", **base, icdcode=code, codeversion=a.icd_version,
                         recordeddatetime=fmt_time(d.time))
                 add("costrecords", **base, eventtype="admissiondiagnoses", costid=r, costdatetime=fmt_time(d.time),
-                    costamount=seeded_amount(world.seed, "dx", r, 25.0))
+                    costamount=seeded_amount(seed, "dx", r, 25.0))
             for e in a.procedures:
                 proc = v.procedures[e.key]
                 code = (proc.icd9 if a.icd_version == 9 else proc.icd10)[0].lower()
                 r = add("admissionprocedures", **base, icdcode=code, codeversion=a.icd_version,
                         recordeddatetime=fmt_time(e.time))
                 add("costrecords", **base, eventtype="admissionprocedures", costid=r, costdatetime=fmt_time(e.time),
-                    costamount=seeded_amount(world.seed, "px", r, proc.cost))
+                    costamount=seeded_amount(seed, "px", r, proc.cost))
             for e in a.labs:
                 spec = v.labs[e.lab]
                 r = add("labresults", **base, itemcode=spec["mimic_id"], resultdatetime=fmt_time(e.time),
                         resultvalue=e.value, resultunit=spec["unit"] or None)
                 add("costrecords", **base, eventtype="labresults", costid=r, costdatetime=fmt_time(e.time),
-                    costamount=seeded_amount(world.seed, "lab", r, 12.0))
+                    costamount=seeded_amount(seed, "lab", r, 12.0))
             for m in a.medications:
                 drug = v.drugs[m.drug]
                 r = add("medicationorders", **base, startdatetime=fmt_time(m.start), enddatetime=fmt_time(m.end),
                         medicationname=drug.name, dosevalue=_dose_text(m.dose), doseunit=drug.unit,
                         administrationroute=drug.route)
                 add("costrecords", **base, eventtype="medicationorders", costid=r, costdatetime=fmt_time(m.start),
-                    costamount=seeded_amount(world.seed, "rx", r, 8.0))
+                    costamount=seeded_amount(seed, "rx", r, 8.0))
             for mi in a.micro:
                 spec = v.micro[mi.kind]
                 add("microbiologyresults", **base, collecteddatetime=fmt_time(mi.time),
@@ -157,7 +168,7 @@ def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
             for unit, tin, tout in a.wards[:1] if a.wards and a.wards[0][0] == "emergency department" else []:
                 moves.append(("ed", unit, tin, tout))
             for stay in a.icu_stays:
-                sid = next(stays)
+                sid = ids.next("mimic/icustays")
                 add("icuepisodes", **base, icuadmissionid=sid, initialcareunit=stay.first_unit,
                     finalcareunit=stay.last_unit, admitdatetime=fmt_time(stay.intime),
                     dischargedatetime=fmt_time(stay.outtime))
@@ -182,6 +193,6 @@ def render(world: World, dictionary: str = "full") -> dict[str, list[dict]]:
             if a.discharge is not None:                  # a patient still in the hospital has no discharge yet
                 moves.append(("discharge", None, a.discharge, None))
             for kind, unit, tin, tout in moves:
-                add("patienttransfers", **base, transferid=next(transfer_ids), transfertype=kind, careunit=unit,
+                add("patienttransfers", **base, transferid=ids.next("mimic/transfers"), transfertype=kind, careunit=unit,
                     transferindatetime=fmt_time(tin), transferoutdatetime=fmt_time(tout))
-    return rows.tables
+    return used

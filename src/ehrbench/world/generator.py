@@ -324,16 +324,30 @@ class _PatientBuilder:
         adm.wards.append((ward, _minute(start), adm.discharge))
 
 
-def generate_world(seed: int = 0, size: WorldSize = WorldSize()) -> World:
-    """The whole world for one seed: hospital 0 (the MIMIC site, `n_mimic` patients) and the eICU sites."""
-    v = vocabulary()
+def hospitals(seed: int, size: WorldSize) -> list[Hospital]:
+    """Hospital 0 (the MIMIC site) and the eICU sites, drawn from their own RNG."""
+    h = vocabulary().hospital
     rng = random.Random(f"{seed}/hospitals")
-    h = v.hospital
-    hospitals = [Hospital(i, rng.choice(h["eicu_regions"]), rng.choice(h["eicu_bed_categories"]),
-                          rng.random() < 0.3) for i in range(size.eicu_hospitals + 1)]
-    patients = [_PatientBuilder(v, seed, i, 0, mimic=True).build() for i in range(size.n_mimic)]
-    for j in range(size.n_eicu):
-        i = size.n_mimic + j
-        hosp = 1 + random.Random(f"{seed}/site/{i}").randrange(size.eicu_hospitals)
-        patients.append(_PatientBuilder(v, seed, i, hosp, mimic=False).build())
-    return World(seed=seed, hospitals=hospitals, patients=patients)
+    return [Hospital(i, rng.choice(h["eicu_regions"]), rng.choice(h["eicu_bed_categories"]), rng.random() < 0.3)
+            for i in range(size.eicu_hospitals + 1)]
+
+
+def generate_patients(seed: int, size: WorldSize, start: int = 0, stop: int | None = None) -> list[Patient]:
+    """Patients `start` to `stop` (exclusive) of the world: indices below `n_mimic` are MIMIC-site patients, the rest
+    eICU patients. Each depends only on (seed, index, size), so any chunk can be built anywhere, in any order."""
+    v = vocabulary()
+    stop = size.n_mimic + size.n_eicu if stop is None else stop
+    patients = []
+    for i in range(start, stop):
+        if i < size.n_mimic:
+            patients.append(_PatientBuilder(v, seed, i, 0, mimic=True).build())
+        else:
+            hosp = 1 + random.Random(f"{seed}/site/{i}").randrange(size.eicu_hospitals)
+            patients.append(_PatientBuilder(v, seed, i, hosp, mimic=False).build())
+    return patients
+
+
+def generate_world(seed: int = 0, size: WorldSize = WorldSize()) -> World:
+    """The whole world for one seed, in memory: hospital 0 (the MIMIC site, `n_mimic` patients) and the eICU sites.
+    Databases are built in patient chunks instead (`schemas.build`); this is for tests and small probes."""
+    return World(seed=seed, hospitals=hospitals(seed, size), patients=generate_patients(seed, size))
