@@ -170,3 +170,16 @@ def test_the_writer_process_exits_when_its_driver_is_killed(tmp_path):
     else:
         os.kill(writer, signal.SIGKILL)
         raise AssertionError("the trace writer outlived its driver by 30 s")
+
+
+def test_a_model_call_a_few_milliseconds_outside_its_turn_still_nests_in_it(record):
+    """Messages and model calls are timed on two clocks; under load they disagree by more than a millisecond
+    (seen on CI: an agent call ended up under the root). Every call during the conversation belongs to a turn."""
+    calls = [dict(c) for c in record.model_calls]
+    agent = next(c for c in calls if c["role"] == "agent")
+    agent["t"] -= 0.02            # 20 ms before its step began
+    skewed = dataclasses.replace(record, model_calls=calls)
+    trace = build_trace(skewed, "0", "run", {})
+    steps = {s.span_id for s in trace.data.spans if s.name in ("agent step", "user turn")}
+    assert all(s.parent_id in steps for s in trace.data.spans if s.span_type == "CHAT_MODEL" and
+               not s.name.startswith("validator"))

@@ -95,18 +95,27 @@ def build_trace(record: TrialRecord, experiment_id: str, run_id: str, metadata: 
     otel_id, trace_id = trace_ids(run_id, record)
     t0 = record.started_at
     calls = sorted(record.model_calls, key=lambda c: c["t"])
+    windows = [(t0 + m.get("t", 0.0), t0 + m.get("t", 0.0) + m.get("dt", 0.0)) for m in record.messages]
+    talk_end = max([e for _, e in windows] + [t0])
+    owner: dict[int, list] = {j: [] for j in range(len(windows))}
+    left = []    # after the conversation (the simulation validator): children of the root
+    for c in calls:
+        at = t0 + c["t"]
+        agent = c["role"] == "agent"
+        mine = [j for j, m in enumerate(record.messages)
+                if m["role"] != "tool" and (m["role"] == "assistant") == agent]
+        if not mine or at > talk_end + 1e-3:
+            left.append(c)
+            continue
+        # the turn whose window holds the call; under load the two clocks may disagree by more than a millisecond,
+        # so a call just outside every window goes to the nearest turn of its role, never to the root
+        owner[min(mine, key=lambda j: max(windows[j][0] - at, at - windows[j][1], 0.0))].append(c)
+    calls = left
     steps = []   # (message index, start, end, the model calls inside)
-    for j, m in enumerate(record.messages):
-        start = t0 + m.get("t", 0.0)
-        end = start + m.get("dt", 0.0)
-        inside = []
-        if m["role"] != "tool":
-            agent = m["role"] == "assistant"
-            inside = [c for c in calls if start - 1e-3 <= t0 + c["t"] <= end + 1e-3 and (c["role"] == "agent") == agent]
-            for c in inside:
-                calls.remove(c)
-            start = min([start] + [t0 + c["t"] for c in inside])
-            end = max([end] + [t0 + c["t"] + c["dt"] for c in inside])
+    for j, (start, end) in enumerate(windows):
+        inside = owner[j]
+        start = min([start] + [t0 + c["t"] for c in inside])
+        end = max([end] + [t0 + c["t"] + c["dt"] for c in inside])
         steps.append((j, start, end, inside))
     first = _ns(min([t0] + [s for _, s, _, _ in steps] + [t0 + c["t"] for c in calls]))
     last = _ns(max([t0 + record.duration_s] + [e for _, _, e, _ in steps] + [t0 + c["t"] + c["dt"] for c in calls]))
