@@ -26,6 +26,8 @@ def composed(*overrides: str) -> dict:
     ("benchmark.max_steps=0", "benchmark.max_steps=0: must be an integer of at least 1 (conf/benchmark/*.yaml or the override)"),
     ("resume=maybe", "resume='maybe': must be true or false (conf/config.yaml or the override)"),
     ("tracking.log_traces=3", "tracking.log_traces=3: must be true or false (conf/tracking/*.yaml or the override)"),
+    ("tracking.write_traces=later", "tracking.write_traces='later': must be one of ['auto', 'during', 'after'] "
+     "(conf/tracking/*.yaml or the override)"),
     ("runtime.db_replicas=0", "runtime.db_replicas=0: must be an integer of at least 1 (conf/runtime/*.yaml or the override)"),
     ("validator.max_attempts=0", "validator.max_attempts=0: must be an integer of at least 1 (conf/validator/*.yaml or the override)"),
     ("user.latency_s=-1", "user.latency_s=-1: must be a number of at least 0 (conf/user/*.yaml or the override)"),

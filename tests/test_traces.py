@@ -112,6 +112,21 @@ def test_the_writer_process_stores_every_trace_once_and_a_resumed_run_only_the_m
     assert names == sorted(f"{record.task_key}#{i}" for i in range(40))   # each once
 
 
+def test_traces_written_after_the_trials_are_queued_only_once_they_are_done(record, tmp_path):
+    uri, art = local_store(tmp_path)
+    records = [dataclasses.replace(record, trial=i) for i in range(12)]
+    tracker = MlflowTracker(uri, "a", "a", {}, artifact_location=art, traces_during_trials=False)
+    for r in records:
+        tracker.log_trial(r)
+    assert tracker._writer is None                                 # nothing during the trials, not even a process
+    assert tracker.log_deferred_traces(records) == 12
+    tracker.finish()
+    run = tracker.run.info
+    stored = mlflow.search_traces(locations=[run.experiment_id], run_id=run.run_id, return_type="list",
+                                  max_results=100)
+    assert sorted(t.info.tags["mlflow.traceName"] for t in stored) == sorted(f"{record.task_key}#{i}" for i in range(12))
+
+
 def test_a_failing_store_is_raised_in_the_driver(record, tmp_path):
     import time
 

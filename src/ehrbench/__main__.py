@@ -190,7 +190,7 @@ def open_tracker(conf: RunConfig, params: dict, run_name: str, checkpoint, ident
         store_uri, artifacts = local_store(conf.tracking.root)
     tracker = MlflowTracker(store_uri, conf.tracking.experiment or conf.benchmark["name"], run_name, params,
                             artifact_location=artifacts, log_traces=conf.tracking.log_traces,
-                            resume_run_id=checkpoint.run_id)
+                            resume_run_id=checkpoint.run_id, traces_during_trials=conf.tracking.traces_during_trials)
     checkpoint.run_id = tracker.run.info.run_id
     tracker.set_tags({"ehrbench.run_identity": identity, **sweep_tags()})
     return tracker, store_uri
@@ -264,7 +264,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if done:
         log.info("resuming run %s: %d trials already finished", identity, len(done))
     tracker, store_uri = open_tracker(conf, params, run_name, checkpoint, identity)
-    if tracker.resumed and (missing := tracker.log_missing_traces(records)):
+    if tracker.resumed and tracker.traces_during_trials and (missing := tracker.log_missing_traces(records)):
         log.info("resuming: %d checkpointed trials had no trace yet; writing them", missing)
     reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
 
@@ -282,6 +282,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
                            max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,
                            skip=done)
+        if deferred := tracker.log_deferred_traces(records):
+            log.info("trials done; writing their %d traces", deferred)
         k, keys = checkpoint.widen_scope([t.key for t in tasks], conf.run.trials)   # never report less than before
         report_tasks = [t for t in all_tasks if t.key in set(keys)]
         wanted = {(t.key, i) for t in report_tasks for i in range(k)}

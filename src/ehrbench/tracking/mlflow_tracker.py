@@ -156,12 +156,14 @@ def _write_traces_forever(records_in, reports_out, run_id: str, experiment_id: s
 
 class MlflowTracker:
     def __init__(self, tracking_uri: str, experiment: str, run_name: str, params: dict,
-                 artifact_location: str | None = None, log_traces: bool = True, resume_run_id: str | None = None):
+                 artifact_location: str | None = None, log_traces: bool = True, resume_run_id: str | None = None,
+                 traces_during_trials: bool = True):
         mlflow.set_tracking_uri(tracking_uri)
         if mlflow.get_experiment_by_name(experiment) is None:
             mlflow.create_experiment(experiment, artifact_location=artifact_location)
         mlflow.set_experiment(experiment)
         self.log_traces = log_traces
+        self.traces_during_trials = traces_during_trials
         self.resumed = False
         if resume_run_id and _run_exists(resume_run_id):
             self.run = mlflow.start_run(run_id=resume_run_id)
@@ -170,15 +172,25 @@ class MlflowTracker:
         else:
             self.run = mlflow.start_run(run_name=run_name)
             mlflow.log_params(flatten(params))
-        if log_traces:
-            self._writer = TraceWriter(self.run.info.run_id, self.run.info.experiment_id, tracking_uri)
+        self._tracking_uri = tracking_uri
+        self._writer: TraceWriter | None = None
+        if log_traces and traces_during_trials:     # else started when the trials are done: its start-up (MLflow's
+            self._start_writer()                    # import) would take CPU from the first trials
 
     def log_trial(self, record: TrialRecord) -> None:
         """Queue the trial's trace (written with its assessments by the writer process); blocks while the backlog
-        is full, and raises here if the writer has failed (the tracking store is gone)."""
-        if not self.log_traces:
-            return
-        self._writer.put(record)
+        is full, and raises here if the writer has failed (the tracking store is gone). When traces are written
+        after the trials, nothing happens here: the record is on disk, and `log_deferred_traces` queues it."""
+        if self.log_traces and self.traces_during_trials:
+            self._queue(record)
+
+    def _start_writer(self) -> TraceWriter:
+        if self._writer is None:
+            self._writer = TraceWriter(self.run.info.run_id, self.run.info.experiment_id, self._tracking_uri)
+        return self._writer
+
+    def _queue(self, record: TrialRecord) -> None:
+        self._start_writer().put(record)
         if self._writer.error:
             raise self._writer.error
 
@@ -197,8 +209,12 @@ class MlflowTracker:
                 break
         missing = [r for r in records if trace_ids(self.run.info.run_id, r)[1] not in stored]
         for r in missing:
-            self.log_trial(r)
+            self._queue(r)
         return len(missing)
+
+    def log_deferred_traces(self, records: list[TrialRecord]) -> int:
+        """With traces written after the trials: queue every trace the store lacks, once the trials are done."""
+        return 0 if self.traces_during_trials else self.log_missing_traces(records)
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         mlflow.log_metrics({metric_name(k): float(v) for k, v in metrics.items()})
@@ -248,7 +264,7 @@ class MlflowTracker:
 
     def finish(self, status: str = "FINISHED") -> None:
         try:
-            if self.log_traces:
+            if self._writer is not None:
                 self._writer.close()
                 if self._writer.error and status == "FINISHED":
                     raise self._writer.error
