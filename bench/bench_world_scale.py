@@ -2,6 +2,7 @@
 
     make bench-scale                                  # 1x, 10x, 100x of MIMIC-IV* and eICU*, as Ray tasks
     make bench-scale ARGS="--scales 1 10 --in-process"    # the single-process chunked build instead
+    make bench-scale ARGS="--scales 1 10 --databases ehrsql_mimic_iii ehrsql_eicu treqs"   # EHRAgent's renderings
 
 Each build runs in a fresh child process (so its peak memory is its own) in a fresh folder, with the `full`
 dictionary (the main job's). With Ray, the child starts a local Ray cluster of this machine's CPUs and stops it
@@ -47,12 +48,13 @@ def _build(db_id: str, scale: float, folder: str, on_ray: bool, chunk: int, out)
 
 
 def main() -> None:
+    from ehrbench.schemas import SCHEMAS
     from ehrbench.schemas.build import CHUNK_PATIENTS
     from ehrbench.world.generator import WorldSize
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scales", type=float, nargs="+", default=[1, 10, 100])
-    ap.add_argument("--databases", nargs="+", default=["mimic_iv_star", "eicu_star"])
+    ap.add_argument("--databases", nargs="+", default=["mimic_iv_star", "eicu_star"], choices=sorted(SCHEMAS))
     ap.add_argument("--in-process", action="store_true", help="build in one process instead of as Ray tasks")
     ap.add_argument("--chunk-patients", type=int, default=CHUNK_PATIENTS)
     args = ap.parse_args()
@@ -76,7 +78,8 @@ def main() -> None:
                 tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
                 rows = sum(con.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables)
                 con.close()
-                patients = size.n_mimic if db_id == "mimic_iv_star" else size.n_mimic + size.n_eicu
+                first, stop = SCHEMAS[db_id].patient_range(size)
+                patients = stop - first
                 peak = f"{driver_mb + worker_mb:>8,.0f}  {driver_mb:,.0f} + {worker_mb:,.0f}" if worker_mb else \
                     f"{driver_mb:>8,.0f}"
                 print(f"{db_id:<15} {scale:>5g}x {patients:>9,} {rows:>12,} {Path(path).stat().st_size / 1e6:>9,.1f} "

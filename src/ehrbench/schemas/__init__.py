@@ -8,9 +8,9 @@ from importlib import resources
 from pathlib import Path
 
 from ..world.generator import WorldSize
-from . import eicu_star, mimic_iv_star
+from . import eicu_star, ehrsql_eicu, ehrsql_mimic_iii, mimic_iv_star, treqs
 
-SCHEMAS = {mimic_iv_star.DB_ID: mimic_iv_star, eicu_star.DB_ID: eicu_star}
+SCHEMAS = {module.DB_ID: module for module in (mimic_iv_star, eicu_star, ehrsql_mimic_iii, ehrsql_eicu, treqs)}
 
 
 @dataclass(frozen=True)

