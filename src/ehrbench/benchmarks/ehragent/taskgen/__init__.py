@@ -1,0 +1,83 @@
+"""Generate the project's EHRAgent question sets from the default world, in EHRSQL's and MIMICSQL's own formats.
+
+    python -m ehrbench.benchmarks.ehragent.taskgen [--out data/tasks/ehragent] [--seed 0]
+
+Drafts come from the template families (`ehrsql.py`, `mimicsql.py`); each gold SQL is run after EHRSQL's
+post-processing, and a question is kept when it answers (not empty, not all NULL), is not a duplicate, and its
+answer is short enough to read back (at most 20 values). Sizes are the paper's: MIMIC-III 580, eICU 580, TREQS 996.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+from ....db.database import Database
+from ....db.limits import QueryError
+from ..tasks import Task, answer_values, complexity_level, post_process_sql
+from . import ehrsql, mimicsql
+from .schemas import SCHEMAS
+
+SIZES = {"ehrsql_mimic_iii": 580, "ehrsql_eicu": 580, "treqs": 996}
+FILES = {"ehrsql_mimic_iii": "mimic_iii.json", "ehrsql_eicu": "eicu.json", "treqs": "treqs.jsonl"}
+EHRSQL_DB = {"ehrsql_mimic_iii": "mimic_iii", "ehrsql_eicu": "eicu"}
+MAX_VALUES = 20
+MAX_DRAFTS = 40                  # drafts tried per question kept, before giving up
+
+
+def generate(db: Database, db_id: str, n: int, seed: int = 0) -> list[Task]:
+    def rows(sql: str) -> list[tuple]:
+        return db.execute(sql, timeout_s=120, keep=100_000).rows
+
+    source = mimicsql.drafts(rows, seed) if db_id == "treqs" else ehrsql.drafts(SCHEMAS[db_id], rows, seed)
+    tasks, seen = [], set()
+    for tried, (family, question, sql) in enumerate(source):
+        if len(tasks) == n:
+            break
+        if tried > MAX_DRAFTS * n:
+            raise RuntimeError(f"{db_id}: only {len(tasks)} of {n} questions answer after {tried} drafts")
+        if question in seen or ("'" in question and db_id != "treqs"):   # EHRSQL's post-processing undoes ''
+            continue
+        ready = sql if db_id == "treqs" else post_process_sql(sql)
+        try:
+            values = answer_values(rows(ready))
+        except QueryError:
+            continue
+        if not values or len(values) > MAX_VALUES or all(v == "None" for v in values):
+            continue
+        seen.add(question)
+        qid = hashlib.sha256(f"{db_id}/{question}".encode()).hexdigest()[:24]
+        tasks.append(Task(qid, db_id, question, sql, values, complexity_level(ready), family))
+    return tasks
+
+
+def save(tasks: list[Task], db_id: str, path: Path) -> None:
+    """EHRSQL's JSON array (with the answer and level added) or MIMICSQL's JSON lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if db_id == "treqs":
+        lines = [json.dumps({"key": t.qid, "question_refine": t.question, "sql": t.gold_sql, "family": t.family,
+                             "answer": t.answer, "level": t.level}, ensure_ascii=False) for t in tasks]
+        path.write_text("\n".join(lines) + "\n")
+        return
+    items = [json.dumps({"db_id": EHRSQL_DB[db_id], "id": t.qid, "question": t.question, "template": t.question,
+                         "query": t.gold_sql, "q_tag": t.family, "is_impossible": False, "split": "test",
+                         "answer": t.answer, "level": t.level}, ensure_ascii=False) for t in tasks]
+    path.write_text("[\n" + ",\n".join(items) + "\n]\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from ....schemas import WorldSpec, build_database
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="data/tasks/ehragent")
+    ap.add_argument("--db-root", default="data/generated")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    for db_id, n in SIZES.items():
+        db = Database(build_database(db_id, WorldSpec(seed=args.seed), Path(args.db_root)), db_id)
+        tasks = generate(db, db_id, n, args.seed)
+        path = Path(args.out) / FILES[db_id]
+        save(tasks, db_id, path)
+        levels = {lv: sum(t.level == lv for t in tasks) for lv in sorted({t.level for t in tasks})}
+        print(f"{path}: {len(tasks)} questions, by level {levels}")

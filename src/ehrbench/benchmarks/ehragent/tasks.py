@@ -1,0 +1,189 @@
+"""EHRAgent's questions: EHRSQL's files (MIMIC-III, eICU), MIMICSQL's (TREQS), and the project's own in the same
+formats, each read unchanged.
+
+- EHRSQL: a JSON array of items with `id`, `db_id`, `template` (the un-paraphrased question EHRAgent feeds),
+  `question`, `query` and `is_impossible`; the query is lowercase and keeps EHRSQL's placeholders (`current_time`,
+  `heart_rate_lower`, `%y`), which `post_process_sql` replaces exactly as EHRSQL's evaluate.py does before running it.
+  Unanswerable items (`is_impossible`) are skipped.
+- MIMICSQL: one JSON object per line with `key`, `question_refine` and `sql` (values double-quoted, which SQLite reads
+  as strings where no column has that name).
+
+A question's answer is its gold SQL executed on the database (`resolve`): questions whose SQL fails or returns
+nothing are dropped, as EHRAgent's authors did. The project's files also store the answer (`answer`) and the
+complexity level (`level`, distinct tables in the gold SQL), so a run does not depend on re-executing them; a test
+checks both against the database.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ...benchmark import TaskFileError
+
+DB_IDS = ("ehrsql_mimic_iii", "ehrsql_eicu", "treqs")
+EHRSQL_NOW = "2105-12-31 23:59:00"
+# EHRSQL evaluate.py: the normal ranges its `<vital>_lower` / `<vital>_upper` placeholders stand for
+VITAL_RANGES = {"temperature": (35.5, 38.1), "sao2": (95.0, 100.0), "heart rate": (60.0, 100.0),
+                "respiration": (12.0, 18.0), "systolic bp": (90.0, 120.0), "diastolic bp": (60.0, 90.0),
+                "mean bp": (60.0, 110.0)}
+MAX_ANSWER_ROWS = 100          # EHRSQL compares the first 100 rows of a result
+
+
+def post_process_sql(query: str, current_time: str = EHRSQL_NOW) -> str:
+    """EHRSQL's post_process_sql (evaluate.py), step for step. `current_time` is a valid SQLite keyword (the real
+    clock's time of day), so a query whose placeholder is not replaced runs without error and answers wrongly."""
+    query = query.lower()
+    if "current_time" in query:
+        query = query.replace("current_time", f"'{current_time}'")
+    lower = re.findall(r"[ \n]+([a-zA-Z0-9_]+_lower)", query)
+    upper = re.findall(r"[ \n]+([a-zA-Z0-9_]+_upper)", query)
+    if lower and upper:
+        names = list(set(re.findall(r"([a-zA-Z0-9_]+)_lower", lower[0]) + re.findall(r"([a-zA-Z0-9_]+)_upper", upper[0])))
+        if len(names) == 1 and names[0].replace("_", " ") in VITAL_RANGES:
+            low, high = VITAL_RANGES[names[0].replace("_", " ")]
+            query = query.replace(lower[0], f"{low}").replace(upper[0], f"{high}")
+    query = query.replace("''", "'").replace("< =", "<=")
+    query = query.replace("%y", "%Y").replace("%j", "%J")
+    return query.replace("'now'", f"'{current_time}'")
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question as its file gives it, before its gold SQL has run."""
+    qid: str
+    db_id: str
+    question: str
+    sql: str                     # ready to run (placeholders replaced)
+    family: str = ""             # template family (q_tag or the project's name), for reports
+
+
+@dataclass(frozen=True)
+class Task:
+    qid: str
+    db_id: str
+    question: str
+    gold_sql: str
+    answer: list[str]            # the gold result's values, row by row, as strings (EHRAgent's ground truth)
+    level: int                   # complexity: distinct tables in the gold SQL (I-IV)
+    family: str = ""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.db_id}/{self.qid}"
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """Report axes, coarse to fine: the database, the complexity level, both."""
+        return (self.db_id, f"level {self.level}", f"{self.db_id}/level {self.level}")
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.pop("extra")
+        return d
+
+
+def complexity_level(sql: str) -> int:
+    """Distinct tables named in the query's FROM and JOIN clauses (EHRAgent's complexity level)."""
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(sql, read="sqlite")
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    return len({t.name.lower() for t in tree.find_all(exp.Table) if t.name.lower() not in ctes}) or 1
+
+
+def answer_values(rows: list[tuple]) -> list[str]:
+    """A result as EHRAgent's ground truth: every value of the first 100 rows, in order, as a string."""
+    return [str(v) for row in rows[:MAX_ANSWER_ROWS] for v in row]
+
+
+def resolve(questions: list[Question], run: Callable[[str], list[tuple]]) -> tuple[list[Task], list[tuple[str, str]]]:
+    """Tasks for the questions whose gold SQL runs and returns something; the rest as (qid, why), dropped."""
+    tasks, dropped = [], []
+    for q in questions:
+        try:
+            rows = run(q.sql)
+        except Exception as e:  # noqa: BLE001 - any failure of the gold SQL drops the question, saying why
+            dropped.append((q.qid, f"gold SQL failed: {e}"))
+            continue
+        values = answer_values(rows)
+        if not values or all(v == "None" for v in values):
+            dropped.append((q.qid, "gold SQL returned nothing"))
+            continue
+        tasks.append(Task(q.qid, q.db_id, q.question, q.sql, values, complexity_level(q.sql), q.family))
+    return tasks, dropped
+
+
+# --- files -------------------------------------------------------------------------------------------------------
+def _read_items(path: Path) -> list:
+    """A JSON array (EHRSQL) or one JSON object per line (MIMICSQL)."""
+    if not path.exists():
+        raise TaskFileError(f"{path}: file not found (the project's question sets are in data/tasks/ehragent; "
+                            "benchmark.question_files names others)")
+    text = path.read_text()
+    try:
+        data = json.loads(text)
+        return data if isinstance(data, list) else [data]
+    except json.JSONDecodeError:
+        items = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    items.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise TaskFileError(f"{path}: line {lineno}: not valid JSON ({e.msg}); the file must be a JSON "
+                                        "array (EHRSQL) or one JSON object per line (MIMICSQL)") from None
+        return items
+
+
+def _field(item: dict, path: Path, position: int, *names: str) -> str:
+    for name in names:
+        if isinstance(item.get(name), str) and item[name].strip():
+            return item[name]
+    ident = item.get("id") or item.get("key") or f"#{position}"
+    raise TaskFileError(f"{path}: question {ident!r}: missing field {' or '.join(map(repr, names))} (a non-empty "
+                        "string); EHRSQL items need id, template and query; MIMICSQL items key, question_refine, sql")
+
+
+def load_questions(path: str | Path, db_id: str) -> list[Question]:
+    """The answerable questions of one EHRSQL or MIMICSQL file (the project's files use the same formats)."""
+    path = Path(path)
+    if db_id not in DB_IDS:
+        raise TaskFileError(f"{path}: unknown database {db_id!r}; use one of {list(DB_IDS)}")
+    questions, seen = [], set()
+    for i, item in enumerate(_read_items(path)):
+        if not isinstance(item, dict):
+            raise TaskFileError(f"{path}: question #{i}: expected a JSON object, got {type(item).__name__}")
+        if db_id == "treqs":
+            q = Question(str(item.get("key") or _field(item, path, i, "key")), db_id,
+                         _field(item, path, i, "question_refine", "question"), _field(item, path, i, "sql"),
+                         item.get("family", ""))
+        else:
+            if item.get("is_impossible") in (True, "true", "True"):
+                continue
+            q = Question(str(item.get("id") or _field(item, path, i, "id")), db_id,
+                         _field(item, path, i, "template", "question"),
+                         post_process_sql(_field(item, path, i, "query")), item.get("q_tag", ""))
+        if q.qid in seen:
+            raise TaskFileError(f"{path}: question {q.qid!r}: duplicate id")
+        seen.add(q.qid)
+        questions.append(q)
+    return questions
+
+
+def load_tasks(path: str | Path, db_id: str) -> list[Task]:
+    """The project's question set: questions with their stored answer and level (written by `save_tasks`)."""
+    path = Path(path)
+    tasks = []
+    for q, item in zip(load_questions(path, db_id), [i for i in _read_items(path) if not i.get("is_impossible")]):
+        answer, level = item.get("answer"), item.get("level")
+        if not isinstance(answer, list) or not answer or not isinstance(level, int):
+            raise TaskFileError(f"{path}: question {q.qid!r}: fields 'answer' (a non-empty list) and 'level' (an "
+                                "integer) are needed in a question set used without a database; regenerate with "
+                                "`python -m ehrbench.benchmarks.ehragent.taskgen`")
+        tasks.append(Task(q.qid, db_id, q.question, q.sql, [str(a) for a in answer], level, q.family))
+    return tasks

@@ -1,0 +1,127 @@
+"""EHRAgent's questions: EHRSQL's post-processing, the loaders of EHRSQL's and MIMICSQL's own files, complexity
+levels, and the project's question sets (sizes, and every gold SQL answering what its file says on the world)."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ehrbench.benchmark import TaskFileError
+from ehrbench.benchmarks.ehragent.tasks import (complexity_level, load_questions, load_tasks, post_process_sql,
+                                                resolve)
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ROOT / "data" / "tasks" / "ehragent"
+FILES = {"ehrsql_mimic_iii": "mimic_iii.json", "ehrsql_eicu": "eicu.json", "treqs": "treqs.jsonl"}
+SIZES = {"ehrsql_mimic_iii": 580, "ehrsql_eicu": 580, "treqs": 996}
+
+# The train item of EHRSQL's README (glee4810/EHRSQL), verbatim.
+EHRSQL_ITEM = {
+    "db_id": "mimic_iii", "question": "what is the ingesting method of methimazole?",
+    "template": "what is the intake method of methimazole?",
+    "query": "select distinct prescriptions.route from prescriptions where prescriptions.drug = 'methimazole'",
+    "value": {"drug_name": "methimazole"}, "q_tag": "what is the intake method of {drug_name}?",
+    "t_tag": ["", "", "", "", ""], "o_tag": ["", "", "", "", "", "", "", "", ""],
+    "tag": "what is the intake method of {drug_name}?", "department": "['nursing']", "importance": "medium",
+    "para_type": "machine", "is_impossible": False, "split": "train", "id": "75379177b6a56fb54e946591"}
+
+
+def test_post_process_sql_replaces_ehrsql_s_placeholders():
+    sql = ("SELECT COUNT(*) > 0 FROM chartevents WHERE chartevents.valuenum BETWEEN heart_rate_lower AND "
+           "heart_rate_upper AND datetime(chartevents.charttime,'start of year') = datetime(current_time,"
+           "'start of year','-1 year') AND strftime('%y',chartevents.charttime) = '2104' AND "
+           "strftime('%j',current_time) - strftime('%j',chartevents.charttime) > 1")
+    out = post_process_sql(sql)
+    assert "current_time" not in out and "'2105-12-31 23:59:00'" in out
+    assert "between 60.0 and 100.0" in out
+    assert "strftime('%Y'," in out and "strftime('%J'," in out and "%y" not in out and "%j" not in out
+    # two different vitals: EHRSQL leaves the placeholders alone
+    both = post_process_sql("select 1 where a between sao2_lower and heart_rate_upper")
+    assert "sao2_lower" in both
+
+
+def test_a_missed_current_time_silently_reads_the_real_clock():
+    con = sqlite3.connect(":memory:")
+    raw = "select datetime(current_time, 'start of year')"
+    assert con.execute(post_process_sql(raw)).fetchone() == ("2105-01-01 00:00:00",)
+    assert con.execute(raw).fetchone() != ("2105-01-01 00:00:00",)        # runs, and answers something else
+
+
+def test_complexity_level_counts_distinct_tables_of_the_gold_sql():
+    assert complexity_level(EHRSQL_ITEM["query"]) == 1
+    assert complexity_level("select count(*) > 0 from labevents where labevents.hadm_id in ( select admissions.hadm_id "
+                            "from admissions where admissions.subject_id = 1 ) and labevents.itemid in ( select "
+                            "d_labitems.itemid from d_labitems where d_labitems.label = 'glucose' )") == 3
+    assert complexity_level('SELECT COUNT ( DISTINCT DEMOGRAPHIC."SUBJECT_ID" ) FROM DEMOGRAPHIC INNER JOIN LAB on '
+                            'DEMOGRAPHIC.HADM_ID = LAB.HADM_ID WHERE LAB."FLAG" = "abnormal"') == 2
+
+
+def test_the_loaders_read_ehrsql_and_mimicsql_files_unchanged(tmp_path):
+    impossible = {"db_id": "mimic_iii", "question": "tell me the method of disinfection?", "query": "nan",
+                  "is_impossible": True, "split": "valid", "id": "x1"}
+    path = tmp_path / "ehrsql.json"
+    path.write_text(json.dumps([EHRSQL_ITEM, impossible]))
+    [q] = load_questions(path, "ehrsql_mimic_iii")
+    assert (q.qid, q.question, q.sql) == ("75379177b6a56fb54e946591", EHRSQL_ITEM["template"], EHRSQL_ITEM["query"])
+    mimicsql = tmp_path / "train.json"
+    mimicsql.write_text(json.dumps({
+        "key": "a81dae5ff42498734e857c5b7dc46deb",
+        "format": {"table": [0, 2], "cond": [[0, 6, 0, "F"], [2, 3, 0, "Abdomen artery incision"]],
+                   "agg_col": [[0, 0]], "sel": 1},
+        "question_refine": "how many female patients underwent the procedure of abdomen artery incision?",
+        "sql": 'SELECT COUNT ( DISTINCT DEMOGRAPHIC."SUBJECT_ID" ) FROM DEMOGRAPHIC INNER JOIN PROCEDURES on '
+               'DEMOGRAPHIC.HADM_ID = PROCEDURES.HADM_ID WHERE DEMOGRAPHIC."GENDER" = "F" AND '
+               'PROCEDURES."SHORT_TITLE" = "Abdomen artery incision"',
+        "question_refine_tok": [], "sql_tok": []}) + "\n")
+    [m] = load_questions(mimicsql, "treqs")
+    assert m.qid == "a81dae5ff42498734e857c5b7dc46deb" and m.sql.startswith("SELECT COUNT ( DISTINCT")
+
+
+def test_a_broken_question_file_names_file_question_and_field(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{k: v for k, v in EHRSQL_ITEM.items() if k != "query"}]))
+    with pytest.raises(TaskFileError, match=r"bad.json: question '75379177b6a56fb54e946591': missing field 'query'"):
+        load_questions(path, "ehrsql_mimic_iii")
+    stored = tmp_path / "no_answer.json"
+    stored.write_text(json.dumps([EHRSQL_ITEM]))
+    with pytest.raises(TaskFileError, match="fields 'answer'"):
+        load_tasks(stored, "ehrsql_mimic_iii")
+
+
+def test_questions_whose_gold_sql_fails_or_finds_nothing_are_dropped(tmp_path):
+    from ehrbench.benchmarks.ehragent.tasks import Question
+
+    con = sqlite3.connect(":memory:")
+    con.execute("create table t (a int)")
+    con.execute("insert into t values (1), (2)")
+    qs = [Question("ok", "treqs", "q", "select a from t order by a"), Question("empty", "treqs", "q", "select a from t "
+          "where a > 5"), Question("bad", "treqs", "q", "select nope from t"),
+          Question("null", "treqs", "q", "select max(a) from t where a > 5")]
+    tasks, dropped = resolve(qs, lambda sql: con.execute(sql).fetchall())
+    assert [(t.qid, t.answer, t.level) for t in tasks] == [("ok", ["1", "2"], 1)]
+    assert [d[0] for d in dropped] == ["empty", "bad", "null"]
+
+
+@pytest.fixture(scope="module")
+def ehragent_dbs(db_root):
+    from ehrbench.db.database import Database
+    from ehrbench.schemas import WorldSpec, build_database
+
+    return {db: Database(build_database(db, WorldSpec(seed=0), db_root), db) for db in FILES}
+
+
+@pytest.mark.parametrize("db_id", list(FILES))
+def test_the_project_question_sets_answer_what_their_files_say(ehragent_dbs, db_id):
+    tasks = load_tasks(TASKS / FILES[db_id], db_id)
+    assert len(tasks) == SIZES[db_id]
+    assert len({t.question for t in tasks}) == len(tasks)
+    levels = {t.level for t in tasks}
+    assert {1, 2} <= levels and max(levels) <= 4
+    db = ehragent_dbs[db_id]
+    for t in tasks:
+        rows = db.execute(t.gold_sql, timeout_s=60, keep=1000).rows
+        assert [str(v) for r in rows[:100] for v in r] == t.answer, t.qid
+        assert complexity_level(t.gold_sql) == t.level
+        assert "current_time" not in t.gold_sql and "_lower" not in t.gold_sql
