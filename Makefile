@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale clean
+.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox clean
 install: $(BIN)/.installed
 
 run: install
@@ -33,6 +33,9 @@ bench-probe: install
 
 bench-throughput: install
 	$(BIN)/python bench/bench_throughput.py $(ARGS)
+
+bench-sandbox: install
+	$(BIN)/python bench/bench_sandbox.py $(ARGS)
 
 bench-traces: install
 	$(BIN)/python bench/bench_traces.py $(ARGS)
