@@ -33,3 +33,8 @@ def test_strict_compares_normalised_values_as_multisets(answer, gold, expected):
 def test_a_list_ground_truth_is_joined_as_the_original_joins_it():
     assert gold_text(["a", "b"]) == "a, b"
     assert compatibility("b and a", gold_text(["a", "b"]))
+
+
+def test_strict_keeps_a_listed_value_with_commas_whole():
+    assert strict("['cholesterol, ldl, calculated', 'glucose']", ["cholesterol, ldl, calculated", "glucose"])
+    assert not strict("['cholesterol', 'ldl', 'calculated']", ["cholesterol, ldl, calculated"])

@@ -71,11 +71,12 @@ class CodeSandbox:
     # --- the host ---------------------------------------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
         """Nothing of the worker's environment (API keys live there): a path to import ehrbench and pandas from,
-        single-threaded numeric libraries, a home in the scratch folder."""
+        single-threaded numeric libraries, Arrow on the system allocator, a home in the scratch folder."""
         paths = [p for p in sys.path if p and os.path.isdir(p)]
         return {"PATH": os.defpath, "HOME": str(self.scratch_root), "LANG": "C.UTF-8", "PYTHONPATH": os.pathsep.join(paths),
                 "PYTHONDONTWRITEBYTECODE": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-                "MKL_NUM_THREADS": "1"}
+                "MKL_NUM_THREADS": "1", "ARROW_DEFAULT_MEMORY_POOL": "system"}   # Arrow's own pools reserve
+        # address space up front, which a cell's address-space limit refuses (pandas' strings are Arrow's)
 
     async def _ensure_host(self) -> None:
         if self._starting is None:

@@ -175,8 +175,11 @@ def _run_cell(request: dict, conn: socket.socket) -> None:
         result["result"] = None if value is None else str(value)
     except BaseException as e:   # noqa: BLE001 - everything the code raised is the agent's observation
         frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == "<cell>"]
-        result["error"] = {"type": type(e).__name__, "message": str(e),
-                           "line": frames[-1].lineno if frames else None}
+        if isinstance(e, SyntaxError):           # raised by compile(): no frame of the cell, the line is on e
+            result["error"] = {"type": type(e).__name__, "message": e.msg, "line": e.lineno}
+        else:
+            result["error"] = {"type": type(e).__name__, "message": str(e),
+                               "line": frames[-1].lineno if frames else None}
     sys.stdout = sys.__stdout__
     result["stdout"], result["stdout_dropped"] = out.text(), out.dropped
     try:

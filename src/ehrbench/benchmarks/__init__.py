@@ -16,6 +16,7 @@ from ..llm.base import ConfigurationError
 
 BENCHMARKS = {
     "ehrchatqa": "ehrbench.benchmarks.ehrchatqa.benchmark:EhrChatQA",
+    "ehragent": "ehrbench.benchmarks.ehragent.benchmark:EhrAgentBenchmark",
 }
 
 

@@ -60,9 +60,14 @@ def _values(answer) -> list:
             answer = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             return [part for part in re.split(r",\s*", text) if part] if "," in text else [text]
-    if isinstance(answer, (list, tuple, set)):
-        return [v for item in answer for v in _values(item)] if answer else []
-    return [answer]
+    return _flat(answer)
+
+
+def _flat(value) -> list:
+    """Nested lists, tuples and sets of values, flattened; a string inside them is one value, commas and all."""
+    if isinstance(value, (list, tuple, set)):
+        return [v for item in value for v in _flat(item)]
+    return [value]
 
 
 def strict(answer, gold: list[str]) -> bool:

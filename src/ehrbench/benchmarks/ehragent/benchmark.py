@@ -1,0 +1,157 @@
+"""EHRAgent behind the benchmark seam: single questions over EHRSQL MIMIC-III, EHRSQL eICU and TREQS, answered by
+code run in the sandbox, scored by the original's judge (the reward, SR) beside a strict one, with completion (CR).
+
+A question is completed when the agent says TERMINATE; it succeeds when it is completed and the original's judge
+passes on the prediction window (the last execution's output and the final reply, up to TERMINATE), as EHRAgent's
+main.py and evaluate.py score it. The strict judge compares the last successful cell's `answer` with the gold values.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from ...agents.code_sandbox import CellLimits
+from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TrialSettings
+from ...llm.base import ConfigurationError
+from ...llm.scripted import ScriptedCall
+from ...llm.usage import UsageMeter
+from ...trial import Score, TrialRecord
+from .agent import EhrAgent, Memory, ReferenceAgent
+from .judge import compatibility, gold_text, strict
+from .prompts import CHATBOT_SYSTEM, DEBUGGER_SYSTEM, KNOWLEDGE_SYSTEM, initial_memory, prompts
+from .tasks import DB_IDS, EHRSQL_NOW, Task, load_tasks
+from .tools import CodeInterface
+
+FILES = {"ehrsql_mimic_iii": "mimic_iii.json", "ehrsql_eicu": "eicu.json", "treqs": "treqs.jsonl"}
+NAMES = {"ehrsql_mimic_iii": "MIMIC-III", "ehrsql_eicu": "eICU", "treqs": "TREQS"}
+MEMORY_MODES = ("frozen", "none")
+
+
+def table_names(db_id: str) -> dict[str, str]:
+    """The names LoadDB accepts (as the original's prompts write them: lowercase for EHRSQL, upper for TREQS) ->
+    the table's name in the database."""
+    from ...schemas import SCHEMAS
+
+    names = [t.name for t in SCHEMAS[db_id].metadata().sorted_tables]
+    return {(n if db_id == "treqs" else n.lower()): n for n in names}
+
+
+def prediction_window(record: TrialRecord) -> tuple[bool, str]:
+    """(completed, window): the original's prediction is the text from the end of the last function call to the
+    last TERMINATE, i.e. the last execution's output and the agent's final reply."""
+    replies = [m.get("content") or "" for m in record.messages if m["role"] == "assistant" and not m.get("tool_call")]
+    outputs = [m.get("content") or "" for m in record.messages if m["role"] == "tool"]
+    final = replies[-1] if replies else ""
+    completed = "TERMINATE" in final
+    window = (outputs[-1] if outputs else "") + "\n" + final
+    return completed, window[:window.rfind("TERMINATE")] if completed else window
+
+
+def score(task: Task, record: TrialRecord, tools: CodeInterface) -> Score:
+    completed, window = prediction_window(record)
+    compatible = completed and compatibility(window, gold_text(task.answer))
+    exact = completed and tools.last_answer is not None and strict(tools.last_answer, task.answer)
+    return Score(float(compatible), {"completed": float(completed), "compatible": float(compatible),
+                                     "strict": float(exact)})
+
+
+class EhrAgentBenchmark(Benchmark):
+    name = "ehragent"
+    agents = ("reference", "ehragent")
+    users = ("none",)
+    headline_metric = "SR"
+
+    def check(self) -> None:
+        o = self.options
+        chosen = list(o.get("databases") or [])
+        if not chosen or not set(chosen) <= set(DB_IDS):
+            raise ConfigurationError(f"benchmark.databases={chosen}: choose one or more of {list(DB_IDS)}")
+        if o.get("memory") not in MEMORY_MODES:
+            raise ConfigurationError(f"benchmark.memory={o.get('memory')!r}: choose one of {list(MEMORY_MODES)} "
+                                     "(frozen: the four initial examples; none: no examples)")
+        for flag in ("knowledge", "debugging"):
+            if not isinstance(o.get(flag), bool):
+                raise ConfigurationError(f"benchmark.{flag}={o.get(flag)!r}: must be true or false")
+        for field in ("cell_cpu_s", "cell_wall_s", "cell_memory_mb", "sql_timeout_s"):
+            value = o.get(field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigurationError(f"benchmark.{field}={value!r}: must be a number above 0")
+        if not Path(o.get("task_dir") or "").is_dir():
+            raise ConfigurationError(f"benchmark.task_dir={o.get('task_dir')!r}: no such folder; it must hold "
+                                     f"{', '.join(FILES.values())} (the project's are in data/tasks/ehragent)")
+
+    def tasks(self) -> list[Task]:
+        return [t for db in self.options["databases"] for t in load_tasks(Path(self.options["task_dir"]) / FILES[db], db)]
+
+    def resources(self) -> Resources:
+        return Resources(databases=tuple(self.options["databases"]))
+
+    def episode(self, task: Task, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
+                seed: int) -> Episode:
+        o = self.options
+        limits = CellLimits(cpu_s=float(o["cell_cpu_s"]), wall_s=float(o["cell_wall_s"]),
+                            memory_mb=int(o["cell_memory_mb"]))
+        real_model = settings.agent != "reference"
+        tools = CodeInterface(task.db_id, hosts.databases[task.db_id], table_names(task.db_id), task.question,
+                              EHRSQL_NOW, settings.model_for("debugger", meter) if real_model and o["debugging"] else None,
+                              limits, float(o["sql_timeout_s"]))
+        if real_model:
+            memory = Memory(initial_memory(task.db_id) if o["memory"] == "frozen" else [])
+            agent = EhrAgent(settings.model_for("agent", meter),
+                             settings.model_for("knowledge", meter) if o["knowledge"] else None, task.db_id, memory,
+                             seed)
+        else:
+            agent = ReferenceAgent(task.gold_sql, ScriptedCall("agent", meter, settings.agent_latency_s))
+
+        async def scored(record: TrialRecord) -> Score:
+            return score(task, record, tools)
+        return Episode(tools, agent, scored, opening=task.question)
+
+    def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:
+        """SR (the original's judge), strict SR and CR, overall and by database and complexity level; SR by level."""
+        import sys
+
+        from rich.console import Console
+        from rich.table import Table
+
+        from ...tracking.plots import category_bars
+
+        by_key = {t.key: t for t in tasks}
+        sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for r in records:
+            if not r.valid or r.task_key not in by_key:
+                continue
+            t = by_key[r.task_key]
+            for g in ("all", NAMES[t.db_id], f"level {t.level}", f"{NAMES[t.db_id]}/level {t.level}"):
+                s = sums[g]
+                s["trials"] += 1
+                s["SR"] += r.score_parts.get("compatible", r.reward or 0.0)
+                s["SR_strict"] += r.score_parts.get("strict", 0.0)
+                s["CR"] += r.score_parts.get("completed", 0.0)
+        table = Table(title=f"EHRAgent results over {k} trials per question (percent)")
+        for col in ("group", "trials", "SR", "SR strict", "CR"):
+            table.add_column(col, justify="left" if col == "group" else "right")
+        metrics: dict[str, float] = {}
+        for g in sorted(sums, key=lambda g: (g != "all", g.count("/"), g)):
+            s = sums[g]
+            values = {m: 100 * s[m] / s["trials"] for m in ("SR", "SR_strict", "CR")}
+            prefix = "" if g == "all" else f"{g.replace(' ', '_')}/"
+            metrics.update({f"{prefix}{m}": v for m, v in values.items()})
+            table.add_row(g, str(int(s["trials"])), *(f"{values[m]:.1f}" for m in ("SR", "SR_strict", "CR")))
+        console = Console(file=sys.stdout, width=100)
+        with console.capture() as cap:
+            console.print(table)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        levels = {g: 100 * s["SR"] / s["trials"] for g, s in sums.items() if g.startswith("level")}
+        files = [category_bars(levels, out_dir / "sr_by_level.png", "SR by complexity level")] if levels else []
+        headline = {m: metrics[m] for m in ("SR", "SR_strict", "CR") if m in metrics}
+        return Report(cap.get(), metrics, headline=headline, files=files)
+
+    def prompts(self) -> dict[str, str]:
+        out = {"ehragent.chatbot_system": CHATBOT_SYSTEM, "ehragent.knowledge_system": KNOWLEDGE_SYSTEM,
+               "ehragent.debugger_system": DEBUGGER_SYSTEM}
+        for db in self.options["databases"]:
+            p = prompts(db)
+            out.update({f"ehragent.{db}.knowledge": p["RetrKnowledge"], f"ehragent.{db}.message": p["EHRAgent_Message_Prompt"],
+                        f"ehragent.{db}.debugger": p["CodeDebugger"]})
+        return out

@@ -1,0 +1,69 @@
+"""`python -m ehrbench benchmark=ehragent`: the reference agent scores 100 on all three databases through Ray and
+MLflow, and the real EHRAgent (knowledge note, code cells in the sandbox, debugging, TERMINATE) runs with the real
+OpenAI client against the fake server, each helper call metered under its own role."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+
+from ehrbench.benchmarks.ehragent.tasks import load_tasks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_reference_agent_scores_100_on_every_database(ray_cluster, tmp_path):
+    store = tmp_path / "mlruns"
+    cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "limit_tasks=2", "trials=2", "data.dictionary=used",
+           f"data.root={tmp_path / 'gen'}", f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
+           f"hydra.run.dir={tmp_path / 'out'}"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehragent"], output_format="list")
+    m = run.data.metrics
+    assert m["SR"] == m["SR_strict"] == m["CR"] == 100.0
+    assert m["MIMIC-III/SR"] == m["eICU/SR"] == m["TREQS/SR"] == 100.0
+    assert m["trials_valid"] >= 2 * 2 * 3
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    assert {"results_table.txt", "sr_by_level.png"} <= artifacts
+    traces = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list", max_results=100)
+    assert traces and all(any(s.span_type == "TOOL" for s in t.data.spans) for t in traces)   # each code cell
+
+
+def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_path):
+    from .fake_llm_server import FakeLLMServer, Reply
+
+    source = ROOT / "data" / "tasks" / "ehragent" / "mimic_iii.json"
+    task = load_tasks(source, "ehrsql_mimic_iii")[0]
+    (tmp_path / "tasks").mkdir()                    # a question set of that one question
+    (tmp_path / "tasks" / "mimic_iii.json").write_text(json.dumps(json.loads(source.read_text())[:1]))
+    good_cell = f"rows = SQLInterpreter({task.gold_sql!r})\nanswer = [v for row in rows for v in row]"
+    server = FakeLLMServer().start()
+    try:   # in call order: knowledge note, a failing cell, its debugging, a good cell, the answer
+        server.push(Reply(text="- The admissions table holds the visits."),
+                    Reply(tool="python", args={"cell": "db = LoadDB('admission')\nanswer = len(db)"}),
+                    Reply(text="The table is called admissions."),
+                    Reply(tool="python", args={"cell": good_cell}),
+                    Reply(text=f"The answer is {', '.join(task.answer)}.\nTERMINATE"), model="gpt-4o")
+        store = tmp_path / "mlruns"
+        cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
+               f"benchmark.task_dir={tmp_path / 'tasks'}", "trials=1", "data.dictionary=used", "model=gpt-4o",
+               f"model.base_url={server.url}/v1", f"data.root={tmp_path / 'gen'}", f"tracking.root={store}",
+               f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"]
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        requests = server.requests_for("gpt-4o")
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehragent"], output_format="list")
+    m = run.data.metrics
+    assert m["SR"] == m["CR"] == m["SR_strict"] == 100.0
+    assert (m["calls/agent"], m["calls/knowledge"], m["calls/debugger"]) == (3, 1, 1)
+    chatbot = [json.dumps(r.body) for r in requests if '"tools"' in json.dumps(r.body)]
+    assert "KeyError" in chatbot[1] and "Potential Reasons: The table is called admissions." in chatbot[1]
+    assert "(END OF EXAMPLES)" in chatbot[0] and "The admissions table holds the visits." in chatbot[0]
