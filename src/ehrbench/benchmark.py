@@ -29,6 +29,30 @@ class TaskFileError(ValueError):
     """A task file that cannot be used; the message names the file, the task and the field, and how to fix it."""
 
 
+def read_json_records(path: Path, missing: str) -> list:
+    """The records of a task file: a JSON array (or one object), or one JSON object per line; `missing` says where
+    the task files are when the file is not there."""
+    import json
+
+    path = Path(path)
+    if not path.exists():
+        raise TaskFileError(f"{path}: file not found ({missing})")
+    text = path.read_text()
+    try:
+        data = json.loads(text)
+        return data if isinstance(data, list) else [data]
+    except json.JSONDecodeError as whole:
+        records = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise TaskFileError(f"{path}: line {lineno}: not valid JSON ({e.msg}); the file must be a JSON "
+                                        f"array or one JSON object per line (as a whole: {whole.msg})") from None
+        return records
+
+
 class Task(Protocol):
     @property
     def key(self) -> str: ...              # unique within the benchmark

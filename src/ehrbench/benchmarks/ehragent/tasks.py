@@ -15,13 +15,12 @@ checks both against the database.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ...benchmark import TaskFileError
+from ...benchmark import TaskFileError, read_json_records
 
 DB_IDS = ("ehrsql_mimic_iii", "ehrsql_eicu", "treqs")
 EHRSQL_NOW = "2105-12-31 23:59:00"
@@ -121,23 +120,7 @@ def resolve(questions: list[Question], run: Callable[[str], list[tuple]]) -> tup
 # --- files -------------------------------------------------------------------------------------------------------
 def _read_items(path: Path) -> list:
     """A JSON array (EHRSQL) or one JSON object per line (MIMICSQL)."""
-    if not path.exists():
-        raise TaskFileError(f"{path}: file not found (the project's question sets are in data/tasks/ehragent; "
-                            "benchmark.question_files names others)")
-    text = path.read_text()
-    try:
-        data = json.loads(text)
-        return data if isinstance(data, list) else [data]
-    except json.JSONDecodeError:
-        items = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    items.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise TaskFileError(f"{path}: line {lineno}: not valid JSON ({e.msg}); the file must be a JSON "
-                                        "array (EHRSQL) or one JSON object per line (MIMICSQL)") from None
-        return items
+    return read_json_records(path, "the project's question sets are in data/tasks/ehragent")
 
 
 def _field(item: dict, path: Path, position: int, *names: str) -> str:

@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ...benchmark import TaskFileError
+from ...benchmark import TaskFileError, read_json_records
 
 TASK_TYPES = ("incre", "adapt")
 DB_IDS = ("mimic_iv_star", "eicu_star")
@@ -77,26 +77,8 @@ def parse_task(raw: object, path: Path, position: int) -> Task:
 def load_tasks(path: str | Path) -> list[Task]:
     """Tasks of one file: a JSON array (the original format) or one JSON object per line."""
     path = Path(path)
-    if not path.exists():
-        raise TaskFileError(f"{path}: file not found (generate the project's task sets with "
-                            "`python -m ehrbench.benchmarks.ehrchatqa.taskgen` or point benchmark.task_dir elsewhere)")
-    text = path.read_text()
-    try:
-        data = json.loads(text)
-        if isinstance(data, dict):
-            data = [data]
-    except json.JSONDecodeError as array_error:
-        data = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                data.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise TaskFileError(f"{path}: line {lineno}: not valid JSON ({e.msg}); the file must be a JSON "
-                                    f"array or one JSON object per line (as a whole: {array_error.msg})") from None
-    if not isinstance(data, list):
-        raise TaskFileError(f"{path}: expected a JSON array of tasks")
+    data = read_json_records(path, "generate the project's task sets with `python -m ehrbench.benchmarks.ehrchatqa."
+                                   "taskgen` or point benchmark.task_dir elsewhere")
     tasks = [parse_task(raw, path, i) for i, raw in enumerate(data)]
     seen: set[str] = set()
     for t in tasks:
