@@ -4,12 +4,14 @@ untouched; the cell sees no API keys, cannot write outside its folder, open sock
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
 from ehrbench.agents.code_sandbox import CellLimits, CodeSandbox
 from ehrbench.trial import InfrastructureError
 
+ROOT = Path(__file__).resolve().parents[1]
 FAST = CellLimits(cpu_s=2, wall_s=6, memory_mb=512, output_chars=1000)
 
 
@@ -91,16 +93,27 @@ def test_the_cell_sees_no_api_keys(loop, sandbox):
     ("import os\nos.fork()", "not allowed in the sandbox: os.fork"),
     ("import ctypes\nctypes.CDLL(None)", "not allowed in the sandbox"),
     ("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (1000, 1000))", "not allowed in the sandbox"),
+    ("import ctypes\nctypes.pythonapi.system(b'touch /tmp/ehrbench-escape.txt')", "not allowed in the sandbox"),
+    ("from pathlib import Path\nPath('/tmp/ehrbench-escape.txt').write_text('x')", "only in the cell's folder"),
+    ("import os\nos.open('/tmp/ehrbench-escape.txt', os.O_RDONLY | os.O_CREAT)", "only in the cell's folder"),
+    ("import os\nos.open('escape.txt', os.O_WRONLY | os.O_CREAT, dir_fd=os.open(os.path.dirname(os.__file__), "
+     "os.O_RDONLY))", "needs an absolute path"),
+    (f"open('/proc/{os.getpid()}/environ').read()", "is not allowed in the sandbox"),      # the worker's keys
+    (f"open({str(ROOT / 'data' / 'tasks' / 'ehragent' / 'mimic_iii.json')!r}).read()", "is not allowed"),  # answers
+    ("import sqlite3\nsqlite3.connect('/tmp/ehrbench-escape.sqlite')", "only in-memory databases"),
 ])
 def test_writes_outside_its_folder_sockets_and_processes_are_refused(loop, sandbox, code, refused):
     r = run(loop, sandbox, code)
     assert r.ended == "error" and r.error["type"] == "PermissionError" and refused in r.error["message"]
-    assert not os.path.exists("/tmp/ehrbench-escape.txt")
+    assert not os.path.exists("/tmp/ehrbench-escape.txt") and not os.path.exists("/tmp/ehrbench-escape.sqlite")
 
 
-def test_a_cell_may_write_in_its_own_folder(loop, sandbox):
+def test_a_cell_may_write_in_its_own_folder_read_the_standard_library_and_use_sqlite_in_memory(loop, sandbox):
     r = run(loop, sandbox, "open('notes.txt', 'w').write('hello')\nanswer = open('notes.txt').read()")
     assert r.result == "hello"
+    r = run(loop, sandbox, "import json, statistics, sqlite3\nanswer = sqlite3.connect(':memory:').execute("
+            "'select 2 + 2').fetchone()[0]")
+    assert r.result == "4"
 
 
 def test_cells_run_at_once_and_apart(loop, sandbox):

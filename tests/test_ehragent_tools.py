@@ -83,3 +83,57 @@ def test_memory_shows_the_k_closest_questions_first():
     shown = memory.examples("count the patients", k=2)
     assert shown.index("Question: count the patients\n") < shown.index("Question: count the patient\n")
     assert "zzz" not in shown and "cost" not in shown
+
+
+def test_loaddb_reads_a_rendered_table_by_the_name_the_prompts_use(tmp_path):
+    """EHRSQL's prompts say LoadDB('admissions'); the rendered table is ADMISSIONS."""
+    from ehrbench.benchmarks.ehragent.benchmark import table_names
+    from ehrbench.db.database import Database
+    from ehrbench.runtime.hosts import LocalHost
+    from ehrbench.schemas import WorldSpec, build_database
+    from ehrbench.world.generator import WorldSize
+
+    path = build_database("ehrsql_mimic_iii", WorldSpec(seed=1, size=WorldSize(mimic_patients=5), dictionary="used"),
+                          tmp_path)
+    tools = CodeInterface("ehrsql_mimic_iii", LocalHost(Database(path, "ehrsql_mimic_iii")),
+                          table_names("ehrsql_mimic_iii"), "q", "2105-12-31 23:59:00", None, CellLimits())
+    cell = "db = LoadDB('admissions')\nanswer = [len(db), list(db.columns)[:3]]"
+    loop = asyncio.new_event_loop()
+    try:
+        observed = loop.run_until_complete(tools.call("python", {"cell": cell}))
+    finally:
+        loop.close()
+    rows = sqlite3.connect(path).execute("SELECT COUNT(*) FROM ADMISSIONS").fetchone()[0]
+    assert observed == f"[{rows}, ['ROW_ID', 'SUBJECT_ID', 'HADM_ID']]"
+
+
+def test_the_proxy_s_empty_reply_stays_where_it_happened_and_counts():
+    """A reply with neither code nor TERMINATE gets the proxy's empty message and the model is asked again; the
+    exchange stays before what the trial adds next, and counts toward the 10 replies."""
+    from ehrbench.benchmarks.ehragent.agent import EhrAgent
+    from ehrbench.llm.base import ChatResponse
+    from ehrbench.trial import Message, ToolCall
+
+    class Model:
+        def __init__(self, replies):
+            self.replies, self.seen = list(replies), []
+
+        async def complete(self, request):
+            self.seen.append([(m.role, m.content) for m in request.messages])
+            return self.replies.pop(0)
+
+    model = Model([ChatResponse(text="thinking"), ChatResponse(tool_calls=[ToolCall("python", {"cell": "x"})]),
+                   ChatResponse(text="The answer is 1.\nTERMINATE")])
+    agent = EhrAgent(model, None, "ehrsql_mimic_iii", Memory([]))
+    loop = asyncio.new_event_loop()
+    try:
+        first = loop.run_until_complete(agent.act([Message("user", "q?")]))
+        assert first.tool_call and first.tool_call.name == "python"
+        history = [Message("user", "q?"), first, Message("tool", "1", tool_call_id=first.tool_call.id)]
+        last = loop.run_until_complete(agent.act(history))
+    finally:
+        loop.close()
+    assert last.content.endswith("TERMINATE")
+    roles = [role for role, _ in model.seen[-1]]
+    assert roles == ["user", "assistant", "user", "assistant", "tool"]      # the auto-reply before the code
+    assert model.seen[-1][1:3] == [("assistant", "thinking"), ("user", "")]

@@ -121,7 +121,7 @@ class TrackingOptions:
         """Whether the trace writer works while the trials run. On a machine with fewer than 4 CPUs it shares a
         core with them and slowed the main job's trial phase by ~24% (measured), so `auto` writes after them."""
         if self.write_traces == "auto":
-            return (os.cpu_count() or 1) >= 4
+            return len(os.sched_getaffinity(0)) >= 4 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) >= 4
         return self.write_traces == "during"
 
 

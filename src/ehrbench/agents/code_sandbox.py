@@ -4,7 +4,8 @@
     result = await sandbox.run(code, tools="ehrbench.benchmarks.ehragent.toolset", context={...},
                                on_tool=serve, limits=CellLimits(cpu_s=10, wall_s=30))
 
-One host process per worker process (`sandbox_host.py`: empty environment, no network, heavy imports done once)
+One host process per worker process (`sandbox_host.py`: empty environment, no network where the kernel allows a
+namespace, heavy imports done once)
 forks a child per cell, so a cell starts in milliseconds and cells of many trials run at once. What a cell does
 comes back as a `CellResult`: its `answer`, what it printed (bounded), or the error it raised; and how it ended:
 `ok`, `error`, `cpu_limit` (the kernel stopped it), `memory` (an allocation past its cap raised MemoryError),
@@ -159,6 +160,9 @@ class CodeSandbox:
             except asyncio.TimeoutError:
                 await self._kill(waiters)
                 return CellResult("wall_limit", seconds=time.monotonic() - started)
+            except BaseException:                # cancelled, or the harness failed: the cell must not live on
+                await asyncio.shield(self._kill(waiters))
+                raise
             finally:
                 writer.close()
             calls = outcome.pop("tool_calls")
@@ -167,12 +171,18 @@ class CodeSandbox:
                 ended = "ok" if not error else "memory" if error["type"] == "MemoryError" else "error"
                 return CellResult(ended, outcome.get("result"), outcome.get("stdout", ""),
                                   outcome.get("stdout_dropped", 0), error, time.monotonic() - started, calls)
-            end = await asyncio.wait_for(waiters["ended"], 10.0)
+            await self._kill(waiters)            # its socket closed without a result: make sure it is gone
+            try:
+                end = await asyncio.wait_for(waiters["ended"], 10.0)
+            except asyncio.TimeoutError:
+                raise InfrastructureError("the code sandbox did not report how a cell ended", source="tool") from None
             if end.get("gone"):
                 raise InfrastructureError("the code sandbox host died while running a cell", source="tool")
-            ended = "cpu_limit" if end.get("signal") in (signal.SIGXCPU, signal.SIGKILL) else "crashed"
-            return CellResult(ended, error={"type": "signal" if end.get("signal") else "exit",
-                                            "message": str(end.get("signal") or end.get("exit")), "line": None},
+            number = end.get("signal")
+            ended = "cpu_limit" if number == signal.SIGXCPU or (number == signal.SIGKILL and
+                                                                 time.monotonic() - started >= limits.cpu_s) else "crashed"
+            how = signal.Signals(number).name if number else f"exit status {end.get('exit')}"
+            return CellResult(ended, error={"type": "signal" if number else "exit", "message": how, "line": None},
                               seconds=time.monotonic() - started, tool_calls=calls)
         except OSError as e:
             raise InfrastructureError(f"the code sandbox is unreachable ({e})", source="tool") from None
@@ -190,10 +200,12 @@ class CodeSandbox:
                 if size > MAX_MESSAGE:
                     return {"op": "oversized", "tool_calls": calls}
                 message = json.loads(await reader.readexactly(size))
-            except asyncio.IncompleteReadError:
+            except (asyncio.IncompleteReadError, OSError, ValueError):    # gone, or a message we cannot read
                 return {"op": "closed", "tool_calls": calls}
-            if message.get("op") != "tool":
+            if message.get("op") == "done":
                 return {**message, "tool_calls": calls}
+            if message.get("op") != "tool" or "tool" not in message or not isinstance(message.get("args"), list):
+                return {"op": "closed", "tool_calls": calls}
             t0 = time.monotonic()
             try:
                 if on_tool is None:
@@ -206,8 +218,11 @@ class CodeSandbox:
             calls.append({"tool": message["tool"], "args": message["args"], "t": t0, "dt": time.monotonic() - t0,
                           "error": reply.get("error")})
             data = json.dumps(reply, default=str).encode()
-            writer.write(HEADER.pack(len(data)) + data)
-            await writer.drain()
+            try:
+                writer.write(HEADER.pack(len(data)) + data)
+                await writer.drain()
+            except OSError:                      # the cell died while its reply was on the way
+                return {"op": "closed", "tool_calls": calls}
 
     async def _kill(self, waiters: dict) -> None:
         """End the cell's whole session (it and anything it started)."""
@@ -216,10 +231,12 @@ class CodeSandbox:
         except asyncio.TimeoutError:
             return
         if started and started.get("pid"):
-            try:
-                os.killpg(started["pid"], signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            for kill in (os.killpg, os.kill):    # its session, or the child itself if it has none yet
+                try:
+                    kill(started["pid"], signal.SIGKILL)
+                    return
+                except (ProcessLookupError, PermissionError):
+                    continue
 
     async def close(self) -> None:
         if self._control is not None:          # shutdown wakes the reader thread and tells the host to exit

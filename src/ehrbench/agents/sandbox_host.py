@@ -1,15 +1,20 @@
 """The process that runs model-written Python, apart from the worker: started by `code_sandbox.CodeSandbox`.
 
-It starts with an empty environment (no API keys) in a scratch folder, leaves the network (its own empty network
-namespace where the kernel allows it), imports the heavy modules once (pandas), then waits on its control socket.
+It starts with an empty environment (no API keys of its own) in a scratch folder, leaves the network (its own empty
+network namespace where the kernel allows it, in a user namespace when unprivileged), imports the heavy modules
+once (pandas), then waits on its control socket.
 Each cell arrives with a socket of its own; the host forks a child for it, so cells run concurrently and nothing
 one cell does (globals, imports, a crash) reaches the next. The child:
 
 - sets hard limits before running anything: CPU seconds (RLIMIT_CPU; past it the kernel ends the child), address
   space (RLIMIT_AS: an allocation past it raises MemoryError), file size (RLIMIT_FSIZE), and a new session so the
   worker can kill the cell and anything it started;
-- installs an audit hook (sys.addaudithook, which nothing can remove) that refuses opening files for writing outside
-  the cell's scratch folder, sockets, subprocesses, fork/exec, ctypes and changing limits;
+- installs an audit hook (sys.addaudithook, which nothing can remove) that refuses writing files outside the cell's
+  scratch folder, reading files outside Python's, the installed packages' and ehrbench's code (so neither the
+  question sets with their answers nor another process's /proc entry, where the worker's API keys are), sockets,
+  subprocesses, fork/exec, ctypes and cffi, sqlite3 on files, mmap and changing limits. An audit hook is a guard
+  against model-written code, not a boundary against an attacker in the process; the process limits, the empty
+  environment and the network namespace do not depend on it;
 - captures print() into a bounded buffer and points the raw stdout/stderr descriptors at /dev/null;
 - runs the cell with the cell's tools bound (a module named in the request, `bind(call, context)`), where tools
   that need the harness (SQL on the hosted database) call back over the cell's socket.
@@ -71,7 +76,8 @@ def leave_network() -> bool:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.unshare(0x40000000) == 0          # CLONE_NEWNET
+        # CLONE_NEWNET needs CAP_SYS_ADMIN; an unprivileged user gets it inside a user namespace of its own
+        return libc.unshare(0x40000000) == 0 or libc.unshare(0x10000000 | 0x40000000) == 0
     except (OSError, AttributeError):
         return False
 
@@ -100,30 +106,79 @@ class BoundedOutput:
 
 _REFUSED_EVENTS = {"socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto",
                    "subprocess.Popen", "os.system", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn",
-                   "os.spawn", "os.kill", "os.killpg", "ctypes.dlopen", "ctypes.cdata", "resource.setrlimit",
-                   "resource.prlimit", "sys.addaudithook", "os.chdir", "os.putenv", "os.unsetenv", "pty.spawn"}
+                   "os.spawn", "os.kill", "os.killpg", "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle",
+                   "ctypes.cdata", "ctypes.call_function", "ctypes.addressof", "ctypes.string_at",
+                   "ctypes.wstring_at", "ctypes.get_errno", "resource.setrlimit", "resource.prlimit",
+                   "sys.addaudithook", "os.chdir", "os.fchdir", "os.putenv", "os.unsetenv", "pty.spawn", "mmap.__new__",
+                   "sqlite3.enable_load_extension", "sqlite3.load_extension", "os.fchmod", "os.fchown",
+                   "os.lchown", "os.lchmod"}
+_REFUSED_MODULES = ("ctypes", "_ctypes", "cffi", "_cffi_backend", "duckdb", "pyarrow.fs", "_posixsubprocess",
+                    "multiprocessing", "_multiprocessing", "socket", "_socket", "ssl", "urllib.request", "http.client")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_PATH_EVENTS = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.truncate", "os.symlink",
+                "os.link", "os.chmod", "os.chown", "os.utime", "os.chflags", "os.mkfifo", "os.mknod", "shutil.move",
+                "shutil.copyfile", "shutil.copytree")
+
+
+def _readable_roots(scratch: str) -> tuple[str, ...]:
+    """Where a cell may read: Python's own files and installed packages (imports), ehrbench's code (not its data,
+    whose question sets store the answers), its folder, time zones, and its own /proc entry (never another
+    process's, whose environment holds the worker's API keys)."""
+    import site
+    import sysconfig
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages(),
+             *sysconfig.get_paths().values(), os.path.dirname(os.path.dirname(os.path.abspath(__file__))), scratch,
+             "/dev/null", "/dev/urandom", "/usr/share/zoneinfo", "/etc/localtime", f"/proc/{os.getpid()}/",
+             "/proc/self/"}
+    return tuple(os.path.realpath(r) + (os.sep if os.path.isdir(r) else "") for r in roots if r)
+
+
+def _inside(path: str, roots) -> bool:
+    full = os.path.realpath(path)
+    return any((full + os.sep).startswith(r) or full == r.rstrip(os.sep) for r in roots)
 
 
 def _audit_hook(scratch: str):
+    """Refuse what a cell must not do; file writes only in `scratch`, file reads only under `_readable_roots`."""
     scratch = os.path.realpath(scratch) + os.sep
+    readable = _readable_roots(scratch)
+
+    def path_of(value) -> str | None:
+        if isinstance(value, int):        # a descriptor: opened earlier under these same rules
+            return None
+        try:
+            return os.fsdecode(os.fspath(value))
+        except TypeError:
+            raise PermissionError(f"not a path: {value!r}") from None
 
     def hook(event: str, args: tuple) -> None:
         if event in _REFUSED_EVENTS:
             raise PermissionError(f"not allowed in the sandbox: {event}")
+        if event == "import" and (args[0] in _REFUSED_MODULES or args[0].split(".")[0] in ("ctypes", "cffi")):
+            raise PermissionError(f"not allowed in the sandbox: import {args[0]}")
         if event == "open":
-            path, mode, flags = args[0], args[1], args[2]
-            writing = (mode and any(c in str(mode) for c in "wax+")) or (flags or 0) & (os.O_WRONLY | os.O_RDWR)
-            if writing and isinstance(path, (str, bytes)):
-                full = os.path.realpath(os.fsdecode(path))
-                if not (full + os.sep).startswith(scratch):
-                    raise PermissionError(f"files can be written only in the cell's folder ({scratch}), not {full}")
-        elif event in ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.truncate",
-                       "os.symlink", "os.link", "os.chmod", "os.chown", "os.utime"):
-            for path in args[:2]:
-                if isinstance(path, (str, bytes)):
-                    full = os.path.realpath(os.fsdecode(path))
-                    if not (full + os.sep).startswith(scratch):
-                        raise PermissionError(f"{event} outside the cell's folder is not allowed: {full}")
+            path, mode, flags = path_of(args[0]), args[1], args[2] or 0
+            if path is None:
+                return
+            writing = bool(mode and any(c in str(mode) for c in "wax+")) or bool(flags & _WRITE_FLAGS)
+            if mode is None and writing and not os.path.isabs(path):   # os.open: relative to an unknown dir_fd
+                raise PermissionError(f"os.open for writing needs an absolute path in the cell's folder: {path}")
+            if writing and not _inside(path, (scratch,)):
+                raise PermissionError(f"files can be written only in the cell's folder ({scratch}), not "
+                                      f"{os.path.realpath(path)}")
+            if not writing and not _inside(path, readable):
+                raise PermissionError(f"reading {os.path.realpath(path)} is not allowed in the sandbox")
+        elif event in _PATH_EVENTS:
+            for value in args[:2]:
+                if isinstance(value, int) and value != -1:       # a dir_fd: relative to a folder we cannot see
+                    raise PermissionError(f"{event} with a directory descriptor is not allowed in the sandbox")
+                if isinstance(value, (str, bytes, os.PathLike)) and not _inside(path_of(value), (scratch,)):
+                    raise PermissionError(f"{event} outside the cell's folder is not allowed: {path_of(value)}")
+        elif event == "sqlite3.connect":
+            database = path_of(args[0]) if args else None
+            if database not in (None, ":memory:", "") and not _inside(database, (scratch,)):
+                raise PermissionError("sqlite3 may open only in-memory databases in the sandbox")
     return hook
 
 
@@ -166,7 +221,6 @@ def _run_cell(request: dict, conn: socket.socket) -> None:
     namespace: dict = {"__name__": "__cell__"}
     if request.get("tools"):
         namespace.update(importlib.import_module(request["tools"]).bind(call, request.get("context") or {}))
-    namespace.update(request.get("globals") or {})
     sys.addaudithook(_audit_hook(scratch))
     result: dict = {"op": "done"}
     try:

@@ -46,8 +46,7 @@ class EhrAgent:
         self.model, self.knowledge_model, self.db_id, self.memory, self.seed = model, knowledge_model, db_id, memory, seed
         self.knowledge = ""
         self._opening: str | None = None
-        self._executions = 0
-        self._auto_replies: list[Message] = []
+        self._auto_replies: dict[int, list[Message]] = {}    # position in the trial's history -> proxy exchanges
 
     async def _knowledge(self, question: str) -> str:
         """The medical-knowledge note: one model call on the database's RetrKnowledge prompt (temperature 0, at most
@@ -65,26 +64,28 @@ class EhrAgent:
             self.knowledge = await self._knowledge(question)
             self._opening = prompts(self.db_id)["EHRAgent_Message_Prompt"].format(
                 examples=self.memory.examples(question), knowledge=self.knowledge, question=question)
-        self._executions = sum(1 for m in history if m.role == "tool")
         while True:
-            conversation = [Message("user", self._opening), *history[1:], *self._auto_replies]
+            conversation = [Message("user", self._opening)]
+            for i, message in enumerate(history[1:], start=1):
+                conversation += [*self._auto_replies.get(i, []), message]
+            conversation += self._auto_replies.get(len(history), [])
             response = await self.model.complete(ChatRequest(conversation, system=CHATBOT_SYSTEM,
                                                              tools=[PYTHON_FUNCTION], temperature=0.0, seed=self.seed))
-            last_chance = self._executions >= MAX_EXECUTIONS
+            replies = sum(1 for m in history if m.role == "tool") + sum(len(v) // 2 for v in self._auto_replies.values())
+            last_chance = replies >= MAX_EXECUTIONS
             if response.tool_calls and not last_chance:
                 call = response.tool_calls[0]
                 return Message("assistant", response.text, tool_call=ToolCall(
-                    call.name, call.arguments, call.id or f"call_{self._executions + 1}",
+                    call.name, call.arguments, call.id or f"call_{replies + 1}",
                     f"malformed tool call: {response.malformed}" if response.malformed else None),
                     finish_reason=response.finish_reason, provider_parts=response.provider_parts)
             text = response.text or ""
             if text.rstrip().endswith("TERMINATE") or last_chance or response.tool_calls:
-                self._auto_replies = []
                 return Message("assistant", text, finish_reason=response.finish_reason,
                                provider_parts=response.provider_parts)
-            # neither code nor TERMINATE: the proxy's empty auto-reply, and the model is asked again
-            self._auto_replies += [Message("assistant", text), Message("user", "")]
-            self._executions += 1
+            # neither code nor TERMINATE: the proxy's empty auto-reply, and the model is asked again; the pair stays
+            # where it happened in the conversation (before whatever the trial adds next) and counts as a reply
+            self._auto_replies.setdefault(len(history), []).extend([Message("assistant", text), Message("user", "")])
 
 
 class ReferenceAgent:

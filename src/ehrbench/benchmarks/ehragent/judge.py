@@ -36,19 +36,24 @@ def gold_text(values: list[str]) -> str:
     return ", ".join(values)
 
 
+def _number(x: float) -> str:
+    """A number to 2 decimals, trailing zeros dropped: 12.0 -> "12", 1.7500001 -> "1.75", 1234567 -> "1234567"."""
+    return format(round(x, 2), ".2f").rstrip("0").rstrip(".")
+
+
 def _normal(value) -> str:
     if isinstance(value, bool):
         return str(int(value))
     if isinstance(value, (int, float)):
-        return f"{round(float(value), 2):g}"
+        return _number(float(value))
     text = str(value).strip().lower()
     if text in ("true", "yes"):
         return "1"
     if text in ("false", "no"):
         return "0"
     try:
-        return f"{round(float(text), 2):g}"
-    except ValueError:
+        return _number(float(text))
+    except (ValueError, OverflowError):
         return text
 
 

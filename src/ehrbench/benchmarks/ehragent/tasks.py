@@ -134,10 +134,13 @@ def _field(item: dict, path: Path, position: int, *names: str) -> str:
 
 def load_questions(path: str | Path, db_id: str) -> list[Question]:
     """The answerable questions of one EHRSQL or MIMICSQL file (the project's files use the same formats)."""
-    path = Path(path)
+    return [q for q, _ in _questions_with_items(Path(path), db_id)]
+
+
+def _questions_with_items(path: Path, db_id: str) -> list[tuple[Question, dict]]:
     if db_id not in DB_IDS:
         raise TaskFileError(f"{path}: unknown database {db_id!r}; use one of {list(DB_IDS)}")
-    questions, seen = [], set()
+    out, seen = [], set()
     for i, item in enumerate(_read_items(path)):
         if not isinstance(item, dict):
             raise TaskFileError(f"{path}: question #{i}: expected a JSON object, got {type(item).__name__}")
@@ -154,15 +157,15 @@ def load_questions(path: str | Path, db_id: str) -> list[Question]:
         if q.qid in seen:
             raise TaskFileError(f"{path}: question {q.qid!r}: duplicate id")
         seen.add(q.qid)
-        questions.append(q)
-    return questions
+        out.append((q, item))
+    return out
 
 
 def load_tasks(path: str | Path, db_id: str) -> list[Task]:
-    """The project's question set: questions with their stored answer and level (written by `save_tasks`)."""
+    """The project's question set: questions with their stored answer and level (written by the generator)."""
     path = Path(path)
     tasks = []
-    for q, item in zip(load_questions(path, db_id), [i for i in _read_items(path) if not i.get("is_impossible")]):
+    for q, item in _questions_with_items(path, db_id):
         answer, level = item.get("answer"), item.get("level")
         if not isinstance(answer, list) or not answer or not isinstance(level, int):
             raise TaskFileError(f"{path}: question {q.qid!r}: fields 'answer' (a non-empty list) and 'level' (an "

@@ -76,7 +76,7 @@ def repr_message(kind: str, message: str) -> str:
 class CodeInterface:
     """The trial's tools for one EHRAgent attempt: `python` only."""
 
-    def __init__(self, db_id: str, db, tables: list[str], question: str, now: str,
+    def __init__(self, db_id: str, db, tables: dict[str, str], question: str, now: str,
                  debugger: MeteredModel | None, limits: CellLimits, sql_timeout_s: float = 60.0):
         self.db_id, self.db, self.tables, self.question, self.now = db_id, db, tables, question, now
         self.debugger, self.limits, self.sql_timeout_s = debugger, limits, sql_timeout_s
@@ -85,16 +85,18 @@ class CodeInterface:
     async def serve(self, tool: str, args: list):
         """LoadDB and SQLInterpreter for the cell, on the hosted database (read-only, time-limited)."""
         if tool == "load":
-            table = str(args[0])
-            if table not in self.tables:
-                raise KeyError(table)
-            result = await self.db.execute(f'SELECT * FROM "{table}"', self.sql_timeout_s, LOAD_ROWS, LOAD_ROWS)
-            return {"columns": await self.db.column_names(table), "rows": [list(r) for r in result.rows]}
-        if tool == "sql":
+            name = str(args[0])
+            if name not in self.tables:
+                raise KeyError(name)
+            stored = self.tables[name]                  # the table's name in the database ("ADMISSIONS")
             try:
-                result = await self.db.execute(str(args[0]), self.sql_timeout_s, 1_000_000, 10_000)
+                result = await self.db.execute(f'SELECT * FROM "{stored}"', self.sql_timeout_s, LOAD_ROWS, LOAD_ROWS)
             except QueryError as e:
-                raise RuntimeError(str(e)) from None
+                raise RuntimeError(f"the table {name} is too large for LoadDB ({e}); use SQLInterpreter with a WHERE "
+                                   "clause instead") from None
+            return {"columns": await self.db.column_names(stored), "rows": [list(r) for r in result.rows]}
+        if tool == "sql":
+            result = await self.db.execute(str(args[0]), self.sql_timeout_s, 1_000_000, 10_000)
             return [list(r) for r in result.rows]
         raise ValueError(f"unknown tool {tool!r}")
 
@@ -105,7 +107,7 @@ class CodeInterface:
         if not isinstance(code, str):
             return "Error: run_code() missing 1 required positional argument: 'cell'."
         result = await sandbox().run(code, tools="ehrbench.benchmarks.ehragent.toolset",
-                                     context={"tables": self.tables, "now": self.now}, on_tool=self.serve,
+                                     context={"tables": sorted(self.tables), "now": self.now}, on_tool=self.serve,
                                      limits=self.limits)
         content = run_code_text(result, code, self.limits)
         if result.ended == "ok" and content != SAVE_ANSWER:

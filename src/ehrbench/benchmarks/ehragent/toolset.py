@@ -182,6 +182,6 @@ def calculate(query) -> str:
 
     try:
         result = ev(ast.parse(str(query).replace("^", "**"), mode="eval").body)
-    except Exception:  # noqa: BLE001
+        return str(round(result, 6)) if isinstance(result, float) else str(result)
+    except Exception:  # noqa: BLE001 - also a number too long to write out
         raise Exception(CALCULATOR_ERROR) from None
-    return str(round(result, 6)) if isinstance(result, float) else str(result)
