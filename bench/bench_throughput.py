@@ -2,6 +2,7 @@
 
     make bench-throughput                                    # 16, 64, 256 trials in flight at 0.5 s per model call
     python bench/bench_throughput.py --latency 1.0 --concurrency 64 256 --waves 4
+    python bench/bench_throughput.py --benchmark ehragent --concurrency 256   # EHRAgent: a sandboxed cell per trial
 
 The scripted model and user wait `--latency` seconds per call (`model.latency_s`, `user.latency_s`), so each trial is
 a sequence of awaited "model calls" with real tool calls (SQL on the database shards, value search on the index)
@@ -49,6 +50,7 @@ def main() -> None:
     ap.add_argument("--zero-latency-trials", type=int, default=880)
     ap.add_argument("--user-simulators", type=int, default=0, help="UserSimulatorActors (0: users in the workers)")
     ap.add_argument("--mlflow", action="store_true", help="stream every trial to MLflow as a trace, as the main job")
+    ap.add_argument("--benchmark", default="ehrchatqa", help="conf/benchmark/<name>.yaml, with its reference agent")
     args = ap.parse_args()
 
     import ray
@@ -60,20 +62,24 @@ def main() -> None:
     from ehrbench.schemas import WorldSpec, build_database
     from ehrbench.tracking.mlflow_tracker import MlflowTracker, local_store
 
+    import yaml
+
+    bench_options = yaml.safe_load((ROOT / "conf" / "benchmark" / f"{args.benchmark}.yaml").read_text())
+    bench_options["task_dir"] = str(ROOT / bench_options["task_dir"])
+    bench = benchmarks.load(args.benchmark, bench_options)
     spec = WorldSpec(seed=0, dictionary="used")
-    paths = {db: str(build_database(db, spec, ROOT / "data" / "generated")) for db in ("mimic_iv_star", "eicu_star")}
-    bench_options = {"name": "ehrchatqa", "databases": list(paths), "flows": ["incre", "adapt"], "sql_timeout_s": 60,
-               "task_dir": str(ROOT / "data" / "tasks" / "ehrchatqa"), "web_search": "vocabulary"}
-    bench = benchmarks.load("ehrchatqa", bench_options)
+    paths = {db: str(build_database(db, spec, ROOT / "data" / "generated")) for db in bench.resources().databases}
     tasks = bench.tasks()
+    user = "none" if bench.users == ("none",) else "scripted"
     cores = os.cpu_count()
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     runtime = start_runtime(paths, str(ROOT / "data" / "generated" / "value_index"),
                             RuntimeOptions(user_simulators=args.user_simulators))
-    build_indexes(runtime.databases, runtime.index, bench.resources().indexed_columns)
+    if bench.resources().indexed_columns:
+        build_indexes(runtime.databases, runtime.index, bench.resources().indexed_columns)
     tmp = Path(tempfile.mkdtemp(prefix="ehrbench-throughput-"))
-    print(f"{cores} cores, {len(tasks)} tasks, model latency {args.latency:g} s per call, "
+    print(f"{args.benchmark}: {cores} cores, {len(tasks)} tasks, model latency {args.latency:g} s per call, "
           f"users {'in ' + str(args.user_simulators) + ' UserSimulatorActors' if args.user_simulators else 'in the trial workers'}"
           f"{', every trial traced to MLflow' if args.mlflow else ''}\n")
 
@@ -81,7 +87,8 @@ def main() -> None:
         options = RuntimeOptions(max_in_flight=concurrency, user_simulators=args.user_simulators)
         for worker in runtime.workers:
             ray.kill(worker)
-        settings = TrialSettings("ehrchatqa", bench_options, agent_latency_s=latency, user_latency_s=latency)
+        settings = TrialSettings(args.benchmark, bench_options, user=user, agent_latency_s=latency,
+                                 user_latency_s=latency)
         start_workers(runtime, settings, options)
         ray.get([w.run.remote(tasks[0], 99, 0) for w in runtime.workers])        # workers up before the clock
         trials = -(-n_trials // len(tasks))
