@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from ..trial import InfrastructureError
-from .sandbox_host import HEADER, MAX_MESSAGE, receive, send
+from .sandbox_host import HEADER, MAX_MESSAGE, encode, receive, send
 
 _START_S = 60.0
 
@@ -217,9 +217,8 @@ class CodeSandbox:
                 reply = {"error": str(e)}
             calls.append({"tool": message["tool"], "args": message["args"], "t": t0, "dt": time.monotonic() - t0,
                           "error": reply.get("error")})
-            data = json.dumps(reply, default=str).encode()
             try:
-                writer.write(HEADER.pack(len(data)) + data)
+                writer.write(encode(reply))
                 await writer.drain()
             except OSError:                      # the cell died while its reply was on the way
                 return {"op": "closed", "tool_calls": calls}

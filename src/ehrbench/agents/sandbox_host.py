@@ -36,9 +36,14 @@ HEADER = struct.Struct(">I")
 MAX_MESSAGE = 64 * 1024 * 1024
 
 
-def send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+def encode(message: dict) -> bytes:
+    """A message as it travels: its JSON's length, then the JSON."""
     data = json.dumps(message, default=str).encode()
-    payload = HEADER.pack(len(data)) + data
+    return HEADER.pack(len(data)) + data
+
+
+def send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    payload = encode(message)
     if fds:
         socket.send_fds(sock, [payload], fds)
     else:

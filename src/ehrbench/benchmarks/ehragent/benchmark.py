@@ -7,6 +7,7 @@ main.py and evaluate.py score it. The strict judge compares the last successful 
 """
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,12 +28,13 @@ NAMES = {"ehrsql_mimic_iii": "MIMIC-III", "ehrsql_eicu": "eICU", "treqs": "TREQS
 MEMORY_MODES = ("frozen", "none")
 
 
+@functools.lru_cache(maxsize=None)
 def table_names(db_id: str) -> dict[str, str]:
     """The names LoadDB accepts (as the original's prompts write them: lowercase for EHRSQL, upper for TREQS) ->
     the table's name in the database."""
     from ...schemas import SCHEMAS
 
-    names = [t.name for t in SCHEMAS[db_id].metadata().sorted_tables]
+    names = [t.name for t in SCHEMAS[db_id].metadata().sorted_tables]     # once per process, not per trial
     return {(n if db_id == "treqs" else n.lower()): n for n in names}
 
 
