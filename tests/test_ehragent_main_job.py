@@ -67,3 +67,45 @@ def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_pat
     chatbot = [json.dumps(r.body) for r in requests if '"tools"' in json.dumps(r.body)]
     assert "KeyError" in chatbot[1] and "Potential Reasons: The table is called admissions." in chatbot[1]
     assert "(END OF EXAMPLES)" in chatbot[0] and "The admissions table holds the visits." in chatbot[0]
+
+
+def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(ray_cluster, tmp_path):
+    """memory=sequential, as the original's main.py: the questions in the seeded order, one at a time; a solved
+    question (its question, knowledge note and last cell) is an example for the next; an unsolved one is not."""
+    from ehrbench.benchmarks.ehragent.benchmark import EhrAgentBenchmark
+
+    from .fake_llm_server import FakeLLMServer, Reply
+
+    source = ROOT / "data" / "tasks" / "ehragent" / "mimic_iii.json"
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "mimic_iii.json").write_text(json.dumps(json.loads(source.read_text())[:3]))
+    tasks = load_tasks(tmp_path / "tasks" / "mimic_iii.json", "ehrsql_mimic_iii")
+    options = {"databases": ["ehrsql_mimic_iii"], "memory": "sequential", "memory_seed": 42}
+    [chain] = EhrAgentBenchmark(options).schedule(tasks, 1)
+    first, second, third = (t for t, _ in chain)
+    cell = lambda t: f"rows = SQLInterpreter({t.gold_sql!r})\nanswer = [v for row in rows for v in row]"  # noqa: E731
+    server = FakeLLMServer().start()
+    try:   # per question, in the seeded order: knowledge note, one cell, the final reply (the second one is wrong)
+        for t, knowledge, final in ((first, "NOTE-ONE", f"{', '.join(first.answer)}"), (second, "NOTE-TWO", "no idea"),
+                                    (third, "NOTE-THREE", f"{', '.join(third.answer)}")):
+            code = cell(t) if t is not second else "answer = -987654"
+            server.push(Reply(text=knowledge), Reply(tool="python", args={"cell": code}),
+                        Reply(text=f"The answer is {final}.\nTERMINATE"), model="gpt-4o")
+        store = tmp_path / "mlruns"
+        cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
+               "benchmark.memory=sequential", f"benchmark.task_dir={tmp_path / 'tasks'}", "trials=1",
+               "data.dictionary=used", "model=gpt-4o", f"model.base_url={server.url}/v1", f"data.root={tmp_path / 'gen'}",
+               f"tracking.root={store}", f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"]
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        requests = [json.dumps(r.body) for r in server.requests_for("gpt-4o") if '"tools"' in json.dumps(r.body)]
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    openings = requests[0::2]                          # each question's first chatbot request holds its examples
+    example = lambda t, note, code: json.dumps(f"Question: {t.question}\nKnowledge:\n{note}\nSolution:\n{code}")[1:-1]  # noqa: E731
+    assert [example(first, "NOTE-ONE", cell(first)) in o for o in openings] == [False, True, True]   # solved: kept
+    assert not any(example(second, "NOTE-TWO", "answer = -987654") in o for o in openings)         # unsolved: not
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehragent"], output_format="list")
+    assert run.data.params["benchmark.memory"] == "sequential"
+    assert round(run.data.metrics["SR"], 1) == 66.7

@@ -142,3 +142,72 @@ def test_the_recipe_cluster_has_a_token_of_its_own_and_refuses_clients_without_i
     assert "auth" in (out.stdout + out.stderr).lower()
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0 and "connected" in out.stdout
+
+
+def test_chained_trials_run_one_at_a_time_in_order_and_retries_hold_the_chain(ray_cluster):
+    """A benchmark's `schedule`: each chain's trials never overlap and start in the chain's order, a broken attempt is
+    re-run before the chain goes on, and separate chains still run side by side."""
+    import time as clock
+    from types import SimpleNamespace
+
+    import ray
+
+    from ehrbench.runtime.runner import run_trials
+    from ehrbench.trial import Termination, TrialRecord
+
+    @ray.remote(max_concurrency=16)
+    class SlowWorker:
+        async def run(self, task, trial, attempt):
+            import asyncio
+            start = clock.time()
+            await asyncio.sleep(0.05)
+            broken = task.key == "b2" and attempt == 0             # its first attempt breaks on infrastructure
+            term = Termination.INFRA_TOOL if broken else Termination.ANSWERED
+            return [TrialRecord(task.key, trial, term.value, None if broken else 1.0, started_at=start,
+                                duration_s=clock.time() - start, attempt=attempt)]
+
+    tasks = {k: SimpleNamespace(key=k) for k in ("a1", "a2", "a3", "b1", "b2", "b3")}
+    chains = [[(tasks["a3"], 0), (tasks["a1"], 0), (tasks["a2"], 0)], [(tasks["b1"], 0), (tasks["b2"], 0), (tasks["b3"], 0)]]
+    records: list = []
+    stats = run_trials(list(tasks.values()), 1, [SlowWorker.remote()], records.append, progress=False, chains=chains,
+                       skip={("b3", 0)})
+    assert stats.infra_retries == 1 and not any(r.task_key == "b3" for r in records)
+    for chain, expected in ((0, ["a3", "a1", "a2"]), (1, ["b1", "b2", "b2"])):
+        mine = sorted((r for r in records if r.task_key[0] == "ab"[chain]), key=lambda r: r.started_at)
+        assert [r.task_key for r in mine] == expected
+        assert all(b.started_at >= a.started_at + a.duration_s for a, b in zip(mine, mine[1:]))   # never overlapping
+    a3, b1 = (next(r for r in records if r.task_key == k) for k in ("a3", "b1"))
+    assert abs(a3.started_at - b1.started_at) < 0.05 * 0.9                # the two chains started side by side
+
+
+def test_the_memory_actor_keeps_one_item_per_key_in_first_stored_order(ray_cluster):
+    import ray
+
+    from ehrbench.runtime.actors import MemoryActor
+
+    memory = MemoryActor.remote()
+    ray.get(memory.put.remote([{"stream": "s", "key": "q2", "item": {"v": 1}}, {"stream": "s", "key": "q1", "item": {"v": 2}},
+                               {"stream": "t", "key": "q1", "item": {"v": 3}}]))
+    ray.get(memory.put.remote([{"stream": "s", "key": "q2", "item": {"v": 4}}]))      # a retried trial stores again
+    assert ray.get(memory.items.remote("s")) == [{"v": 4}, {"v": 2}]
+    assert ray.get(memory.items.remote("t")) == [{"v": 3}] and ray.get(memory.items.remote("u")) == []
+    ray.kill(memory)
+
+
+def test_a_resumed_run_refills_its_memory_from_scored_records_only(ray_cluster):
+    """`remember` (the driver, at resume and after each record): only final, scored records add to the memory."""
+    import ray
+
+    from ehrbench.__main__ import remember
+    from ehrbench.runtime.actors import MemoryActor
+    from ehrbench.trial import Termination, TrialRecord
+
+    item = lambda key: [{"stream": "s", "key": key, "item": {"q": key}}]  # noqa: E731
+    records = [TrialRecord("ok", 0, Termination.ANSWERED.value, 1.0, memory=item("ok")),
+               TrialRecord("broken", 0, Termination.INFRA_TOOL.value, None, memory=item("broken")),
+               TrialRecord("rerun", 0, Termination.ANSWERED.value, 1.0, memory=item("rerun"), final=False)]
+    memory = MemoryActor.remote()
+    remember(memory, records)
+    remember(None, records)                                           # a benchmark without memory: nothing to do
+    assert ray.get(memory.items.remote("s")) == [{"q": "ok"}]
+    ray.kill(memory)

@@ -135,7 +135,7 @@ def start_runtime_on_ray(conf: RunConfig, paths: dict[str, str], resources: Reso
     from .runtime.runner import build_indexes, start_runtime, start_workers
 
     runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=bool(resources.indexed_columns),
-                            embedder=conf.data.embedder)
+                            embedder=conf.data.embedder, with_memory=resources.memory)
     embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns)
     settings = start_workers(runtime, settings, conf.runtime)
     return runtime, embedded, settings
@@ -207,6 +207,15 @@ def describe_inputs(tracker, bench: Benchmark, tasks: list, digest: str, out_dir
     tracker.register_prompts(bench.prompts())
 
 
+def remember(memory, records: list[TrialRecord]) -> None:
+    """Store what scored trials add to the run's shared memory (waits, so the next trial of a chain sees it)."""
+    import ray
+
+    items = [item for r in records if r.valid and r.final for item in r.memory]
+    if memory is not None and items:
+        ray.get(memory.put.remote(items))
+
+
 # --- step 5: run and report ---------------------------------------------------------------------------------------
 def usage_metrics(records: list[TrialRecord]) -> dict[str, float]:
     """Tokens and dollars per role over every attempt (rejected ones too: they were paid for)."""
@@ -267,10 +276,12 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if tracker.resumed and tracker.traces_during_trials and (missing := tracker.log_missing_traces(records)):
         log.info("resuming: %d checkpointed trials had no trace yet; writing them", missing)
     reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
+    remember(runtime.memory, records)             # a resumed run's shared memory, as its finished trials left it
 
     def on_record(record: TrialRecord) -> None:
         checkpoint.append(record)  # on disk first: a crash after this line loses nothing
         records.append(record)
+        remember(runtime.memory, [record])         # before the next trial of its chain is submitted
         tracker.log_trial(record)
 
     def interrupted(signum, frame):
@@ -281,7 +292,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         describe_inputs(tracker, bench, tasks, digest, reports)
         stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
                            max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,
-                           skip=done)
+                           skip=done, chains=bench.schedule(tasks, conf.run.trials))
         if deferred := tracker.log_deferred_traces(records):
             log.info("trials done; writing their %d traces", deferred)
         k, keys = checkpoint.widen_scope([t.key for t in tasks], conf.run.trials)   # never report less than before

@@ -7,8 +7,11 @@ builds its own instance from them (`benchmarks.load`), so nothing but plain data
 
 What a benchmark says:
 - `tasks()`: its tasks (anything with a `key`, report `groups` ordered coarse to fine, and `to_json()`);
-- `resources()`: the world's database renderings it queries and the text columns to embed for similarity search,
-  which the runtime hosts as Ray actors (`DatabaseShard`, `ValueIndexActor`) and hands back as `Hosts`;
+- `resources()`: the world's database renderings it queries, the text columns to embed for similarity search and
+  whether its agents share a memory, which the runtime hosts as Ray actors (`DatabaseShard`, `ValueIndexActor`,
+  `MemoryActor`) and hands back as `Hosts`;
+- `schedule(...)`: optional chains of trials that must run one after another, in order (an agent whose memory of
+  earlier questions shapes the next); by default every trial is independent;
 - `episode(...)`: one attempt at one task, built on the trial worker: tools, agent, how to score, optional opening
   question (single-turn) or greeting, optional simulation validator;
 - `user(...)`: the simulated user of a multi-turn benchmark (None: single-turn), built wherever users live;
@@ -63,9 +66,11 @@ class Task(Protocol):
 
 @dataclass(frozen=True)
 class Resources:
-    """What the runtime hosts for a benchmark: database renderings of the world and the columns to embed."""
+    """What the runtime hosts for a benchmark: database renderings of the world, the columns to embed, and a
+    run-wide memory (one `MemoryActor`: items its scorers return in `Score.memory`, read back by later trials)."""
     databases: tuple[str, ...] = ()                              # db ids (`schemas.SCHEMAS`)
     indexed_columns: dict[str, dict[str, list[str]]] = field(default_factory=dict)   # db -> table -> columns
+    memory: bool = False
 
 
 @dataclass
@@ -73,6 +78,7 @@ class Hosts:
     """Where a trial reaches the hosted resources (async hosts: actors on a cluster, objects in tests)."""
     databases: dict[str, Any]
     index: Any = None
+    memory: Any = None               # the run's MemoryActor: `await memory.items(stream)`
 
 
 @dataclass
@@ -157,6 +163,11 @@ class Benchmark:
 
     def resources(self) -> Resources:
         return Resources()
+
+    def schedule(self, tasks: list, trials: int) -> list[list[tuple[Any, int]]] | None:
+        """Chains of (task, trial): each chain runs one trial at a time, in its order (chains run side by side).
+        None: every trial is independent."""
+        return None
 
     def episode(self, task, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
                 seed: int) -> Episode:

@@ -126,6 +126,7 @@ class TrialRecord:
     score_parts: dict = field(default_factory=dict)  # what the reward is made of (rubric leaves, F1 terms, ...)
     assessments: list[dict] = field(default_factory=list)  # graders' decisions: name, value, source, rationale
     final: bool = True                             # False on a validator-rejected attempt that was run again
+    memory: list[dict] = field(default_factory=list)   # what it adds to the run's shared memory: stream, key, item
 
     @property
     def valid(self) -> bool:
@@ -147,9 +148,11 @@ class TrialRecord:
 
 @dataclass
 class Score:
-    """A reward in [0, 1] and what it is made of."""
+    """A reward in [0, 1], what it is made of, and what the trial adds to the run's shared memory (items
+    {stream, key, item} the driver stores once the record is on disk, so a resumed run can store them again)."""
     reward: float
     parts: dict = field(default_factory=dict)
+    memory: list[dict] = field(default_factory=list)
 
 
 Scorer = Callable[[TrialRecord], Awaitable["float | Score"]]
@@ -186,7 +189,7 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
             except InfrastructureError as e:     # scoring needs the tools' hosts too
                 return await finish(Termination.INFRA_TOOL, f"while scoring: {e}")
             if isinstance(result, Score):
-                record.reward, record.score_parts = result.reward, result.parts
+                record.reward, record.score_parts, record.memory = result.reward, result.parts, result.memory
             else:
                 record.reward = result
         else:

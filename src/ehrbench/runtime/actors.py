@@ -4,6 +4,7 @@
   `db/sharding.py`); threaded, so concurrent trials' queries overlap (SQLite releases the GIL).
 - `ValueIndexActor`: the embedding model and every FAISS index; asks Ray for a GPU when the cluster has one.
 - `UserSimulatorActor`: hosts many simulated users' conversations at once, on one event loop.
+- `MemoryActor`: a run's shared memory (EHRAgent's long-term memory in sequential mode), filled by the driver.
 - `TrialWorker`: runs many trials at once on one event loop. A trial spends nearly all its time awaiting a model,
   so a worker's concurrency is bounded by the model provider's limits, not by threads or cores.
 
@@ -37,6 +38,7 @@ class ActorNames:
     replicas: dict = field(default_factory=dict)    # db_id -> replicas
     users: int = 0
     index_hosted: bool = True                       # False: the benchmark embeds nothing
+    memory_hosted: bool = False                     # True: the benchmark's agents share a run-wide memory
 
     def database(self, db_id: str, i: int) -> str:
         return f"{self.prefix}/db/{db_id}/{i}"
@@ -47,6 +49,10 @@ class ActorNames:
 
     def user(self, i: int) -> str:
         return f"{self.prefix}/user/{i}"
+
+    @property
+    def memory(self) -> str:
+        return f"{self.prefix}/memory"
 
 
 @ray.remote(max_restarts=3, max_task_retries=0)
@@ -139,6 +145,29 @@ class UserSimulatorActor:
         return len(self.conversations)
 
 
+@ray.remote(num_cpus=0, max_restarts=0)
+class MemoryActor:
+    """A run's shared memory: streams of items, each kept under a key so that storing a trial's items again (a
+    retried or resumed trial) replaces them instead of adding a copy. Only the driver stores, and only records that
+    are already on disk, so a lost actor is rebuilt from the checkpoint (the driver restarts the run)."""
+
+    def __init__(self):
+        self.streams: dict[str, dict[str, dict]] = {}
+
+    def put(self, items: list[dict]) -> int:
+        for entry in items:
+            self.streams.setdefault(entry["stream"], {})[entry["key"]] = entry["item"]
+        return len(items)
+
+    def items(self, stream: str) -> list[dict]:
+        """The stream's items in the order they were first stored."""
+        return list(self.streams.get(stream, {}).values())
+
+
+def start_memory(name: str):
+    return MemoryActor.options(name=name).remote()
+
+
 class RemoteConversation:
     """A trial's handle on its user in a UserSimulatorActor; a lost actor is the user's infrastructure failure."""
 
@@ -182,7 +211,8 @@ class TrialWorker:
     def __init__(self, names: ActorNames, settings: TrialSettings):
         self.hosts = Hosts({db_id: ActorHost([ray.get_actor(names.database(db_id, i)) for i in range(n)])
                             for db_id, n in names.replicas.items()},
-                           ActorHost(ray.get_actor(names.index)) if names.index_hosted else None)
+                           ActorHost(ray.get_actor(names.index)) if names.index_hosted else None,
+                           ActorHost(ray.get_actor(names.memory)) if names.memory_hosted else None)
         self.settings = settings
         self.users = RemoteUsers([ray.get_actor(names.user(i)) for i in range(names.users)]) if names.users else None
 

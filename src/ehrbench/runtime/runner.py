@@ -22,7 +22,7 @@ from tqdm import tqdm
 from ..benchmark import TrialSettings
 from ..config import RuntimeOptions
 from ..trial import Termination, TrialRecord
-from .actors import (ActorNames, start_database, start_trial_workers, start_user_simulators,
+from .actors import (ActorNames, start_database, start_memory, start_trial_workers, start_user_simulators,
                      start_value_index)
 from .rate_limits import start_rate_limiters
 
@@ -35,19 +35,22 @@ class Runtime:
     names: ActorNames
     databases: dict[str, list]
     index: object
+    memory: object = None
     workers: list = field(default_factory=list)
     users: list = field(default_factory=list)
     limiters: dict = field(default_factory=dict)
 
 
 def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptions = RuntimeOptions(),
-                  with_index: bool = True, embedder: dict | None = None) -> Runtime:
-    """Database shards, the value index and user simulators; trial workers come once the settings are final."""
+                  with_index: bool = True, embedder: dict | None = None, with_memory: bool = False) -> Runtime:
+    """Database shards, the value index, the shared memory and user simulators; trial workers come once the
+    settings are final."""
     names = ActorNames(replicas={db_id: options.db_replicas for db_id in paths}, users=options.user_simulators,
-                       index_hosted=with_index)
+                       index_hosted=with_index, memory_hosted=with_memory)
     return Runtime(names, {db_id: start_database(p, db_id, options.db_replicas, names=names)
                            for db_id, p in paths.items()},
                    start_value_index(index_cache, names.index, embedder) if with_index else None,
+                   start_memory(names.memory) if with_memory else None,
                    users=start_user_simulators(names))
 
 
@@ -91,8 +94,13 @@ class RunStats:
 
 def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[TrialRecord], None],
                max_in_flight: int = 256, max_attempts: int = 3, skip: set[tuple[str, int]] = frozenset(),
-               progress: bool = True) -> RunStats:
-    queue = deque((t, i, 0) for t in tasks for i in range(trials) if (t.key, i) not in skip)
+               progress: bool = True, chains: list[list[tuple]] | None = None) -> RunStats:
+    """Every (task, trial) not in `skip`. `chains` (the benchmark's `schedule`): sequences whose trials run one at a
+    time in order, the next submitted once the one before has its final record (on_record has returned)."""
+    chains = chains if chains is not None else [[(t, i)] for t in tasks for i in range(trials)]
+    pending = [deque((t, i) for t, i in chain if (t.key, i) not in skip) for chain in chains]
+    pending = [chain for chain in pending if chain]
+    queue = deque((*chain.popleft(), 0, c) for c, chain in enumerate(pending))    # each chain's head
     stats = RunStats()
     in_flight: dict = {}
     load = [0] * len(workers)
@@ -101,17 +109,17 @@ def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[Tri
     # after attempt, on an actor that is not back yet.
     down_until = [0.0] * len(workers)
     strikes = [0] * len(workers)
-    bar = tqdm(total=len(queue), desc="trials", unit="trial", disable=not progress)
+    bar = tqdm(total=len(queue) + sum(map(len, pending)), desc="trials", unit="trial", disable=not progress)
     while queue or in_flight:
         while queue and len(in_flight) < max_in_flight:
             now = time.monotonic()
             up = [w for w in range(len(workers)) if down_until[w] <= now and (strikes[w] == 0 or load[w] == 0)]
             if not up:
                 break                                      # every worker is restarting: wait for one below
-            task, i, attempt = queue.popleft()
+            task, i, attempt, c = queue.popleft()
             w = min(up, key=load.__getitem__)
             ref = workers[w].run.remote(task, i, attempt)
-            in_flight[ref] = (task, i, attempt, w)
+            in_flight[ref] = (task, i, attempt, c, w)
             load[w] += 1
         refs = list(in_flight)
         if not refs:
@@ -122,7 +130,7 @@ def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[Tri
             continue
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)        # then take every one that is back
         for ref in ready:
-            task, i, attempt, w = in_flight.pop(ref)
+            task, i, attempt, c, w = in_flight.pop(ref)
             load[w] -= 1
             try:
                 records: list[TrialRecord] = ray.get(ref)
@@ -145,10 +153,13 @@ def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[Tri
                 bar.update(1)
             elif attempt + 1 < max_attempts:
                 stats.infra_retries += 1
-                queue.append((task, i, attempt + 1))
+                queue.append((task, i, attempt + 1, c))
+                continue
             else:
                 log.warning("trial %s#%d failed %d times on infrastructure; reported incomplete", task.key, i,
                             max_attempts)
                 bar.update(1)
+            if pending[c]:                                         # the chain's next trial, now that this one ended
+                queue.append((*pending[c].popleft(), 0, c))
     bar.close()
     return stats

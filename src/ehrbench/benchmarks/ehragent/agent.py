@@ -1,4 +1,4 @@
-"""EHRAgent (wshi83/EhrAgent): a medical-knowledge note, long-term memory of solved questions, planning through a
+"""EHRAgent (wshi83/EhrAgent): a medical-knowledge note, long-term memory of solved questions (`Memory`, or `SharedMemory` in sequential mode), planning through a
 code interface, execution feedback with rubber-duck debugging (the feedback is `tools.py`'s), at most 10 executions.
 
 The original runs on AutoGen: a chatbot (system message `CHATBOT_SYSTEM`, one function `python(cell)`,
@@ -39,6 +39,21 @@ class Memory:
     def add(self, item: dict) -> None:
         self.items.append(item)
 
+    async def refresh(self) -> None:
+        """Bring the items up to date before a question (a frozen memory never changes)."""
+
+
+class SharedMemory(Memory):
+    """Sequential mode: the initial examples, then the run's solved questions of this stream (database and trial
+    index) in the order they were solved, read from the run's MemoryActor when the question starts."""
+
+    def __init__(self, initial: list[dict], host, stream: str):
+        super().__init__(initial)
+        self.initial, self.host, self.stream = list(initial), host, stream
+
+    async def refresh(self) -> None:
+        self.items = self.initial + await self.host.items(self.stream)
+
 
 class EhrAgent:
     def __init__(self, model: MeteredModel, knowledge_model: MeteredModel | None, db_id: str, memory: Memory,
@@ -62,6 +77,7 @@ class EhrAgent:
         question = history[0].content or ""
         if self._opening is None:
             self.knowledge = await self._knowledge(question)
+            await self.memory.refresh()
             self._opening = prompts(self.db_id)["EHRAgent_Message_Prompt"].format(
                 examples=self.memory.examples(question), knowledge=self.knowledge, question=question)
         while True:

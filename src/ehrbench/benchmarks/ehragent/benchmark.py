@@ -4,6 +4,12 @@ code run in the sandbox, scored by the original's judge (the reward, SR) beside 
 A question is completed when the agent says TERMINATE; it succeeds when it is completed and the original's judge
 passes on the prediction window (the last execution's output and the final reply, up to TERMINATE), as EHRAgent's
 main.py and evaluate.py score it. The strict judge compares the last successful cell's `answer` with the gold values.
+
+Memory modes: `frozen` gives every question the four initial examples (trials independent, fully parallel);
+`sequential` is the original's main.py: each database's questions in one seeded order (`random.Random(seed)`'s
+shuffle, the same permutation as the original's `random.seed(42); random.shuffle(contents)`), one at a time, each
+solved question ({question, knowledge note, last code cell}) added to the memory the next questions draw their
+examples from; one memory per database and trial index, hosted by the run's MemoryActor; `none`: no examples.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
-from .agent import EhrAgent, Memory, ReferenceAgent
+from .agent import EhrAgent, Memory, ReferenceAgent, SharedMemory
 from .judge import compatibility, gold_text, strict
 from .prompts import CHATBOT_SYSTEM, DEBUGGER_SYSTEM, KNOWLEDGE_SYSTEM, initial_memory, prompts
 from .tasks import DB_IDS, EHRSQL_NOW, Task, load_tasks
@@ -25,7 +31,7 @@ from .tools import CodeInterface
 
 FILES = {"ehrsql_mimic_iii": "mimic_iii.json", "ehrsql_eicu": "eicu.json", "treqs": "treqs.jsonl"}
 NAMES = {"ehrsql_mimic_iii": "MIMIC-III", "ehrsql_eicu": "eICU", "treqs": "TREQS"}
-MEMORY_MODES = ("frozen", "none")
+MEMORY_MODES = ("frozen", "sequential", "none")
 
 
 @functools.lru_cache(maxsize=None)
@@ -49,12 +55,26 @@ def prediction_window(record: TrialRecord) -> tuple[bool, str]:
     return completed, window[:window.rfind("TERMINATE")] if completed else window
 
 
-def score(task: Task, record: TrialRecord, tools: CodeInterface) -> Score:
+def memory_stream(db_id: str, trial: int) -> str:
+    return f"{db_id}#{trial}"
+
+
+def last_cell(record: TrialRecord) -> str:
+    """The last code cell the proxy executed (the original's `user_proxy.code`)."""
+    cells = [args.get("cell", "") for args in record.tool_arguments("python")]
+    return cells[-1] if cells else ""
+
+
+def score(task: Task, record: TrialRecord, tools: CodeInterface, knowledge: str | None = None) -> Score:
+    """SR, strict SR, CR; with `knowledge` (sequential memory), a solved question becomes a memory item."""
     completed, window = prediction_window(record)
     compatible = completed and compatibility(window, gold_text(task.answer))
     exact = completed and tools.last_answer is not None and strict(tools.last_answer, task.answer)
+    memory = [{"stream": memory_stream(task.db_id, record.trial), "key": task.key,
+               "item": {"question": task.question, "knowledge": knowledge, "code": last_cell(record)}}] \
+        if compatible and knowledge is not None else []
     return Score(float(compatible), {"completed": float(completed), "compatible": float(compatible),
-                                     "strict": float(exact)})
+                                     "strict": float(exact)}, memory)
 
 
 class EhrAgentBenchmark(Benchmark):
@@ -70,7 +90,11 @@ class EhrAgentBenchmark(Benchmark):
             raise ConfigurationError(f"benchmark.databases={chosen}: choose one or more of {list(DB_IDS)}")
         if o.get("memory") not in MEMORY_MODES:
             raise ConfigurationError(f"benchmark.memory={o.get('memory')!r}: choose one of {list(MEMORY_MODES)} "
-                                     "(frozen: the four initial examples; none: no examples)")
+                                     "(frozen: the four initial examples; sequential: the original's growing "
+                                     "memory, questions one at a time in seeded order; none: no examples)")
+        if isinstance(o.get("memory_seed"), bool) or not isinstance(o.get("memory_seed"), int):
+            raise ConfigurationError(f"benchmark.memory_seed={o.get('memory_seed')!r}: must be an integer (the "
+                                     "original shuffles with seed 42)")
         for flag in ("knowledge", "debugging"):
             if not isinstance(o.get(flag), bool):
                 raise ConfigurationError(f"benchmark.{flag}={o.get(flag)!r}: must be true or false")
@@ -86,7 +110,20 @@ class EhrAgentBenchmark(Benchmark):
         return [t for db in self.options["databases"] for t in load_tasks(Path(self.options["task_dir"]) / FILES[db], db)]
 
     def resources(self) -> Resources:
-        return Resources(databases=tuple(self.options["databases"]))
+        return Resources(databases=tuple(self.options["databases"]), memory=self.options["memory"] == "sequential")
+
+    def schedule(self, tasks: list[Task], trials: int) -> list[list[tuple[Task, int]]] | None:
+        """Sequential memory: per database and trial index, one chain of the database's questions in seeded order."""
+        import random
+
+        if self.options["memory"] != "sequential":
+            return None
+        chains = []
+        for db in self.options["databases"]:
+            order = [t for t in tasks if t.db_id == db]
+            random.Random(self.options["memory_seed"]).shuffle(order)
+            chains += [[(t, i) for t in order] for i in range(trials)]
+        return chains
 
     def episode(self, task: Task, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
                 seed: int) -> Episode:
@@ -97,8 +134,10 @@ class EhrAgentBenchmark(Benchmark):
         tools = CodeInterface(task.db_id, hosts.databases[task.db_id], table_names(task.db_id), task.question,
                               EHRSQL_NOW, settings.model_for("debugger", meter) if real_model and o["debugging"] else None,
                               limits, float(o["sql_timeout_s"]))
+        sequential = o["memory"] == "sequential"
         if real_model:
-            memory = Memory(initial_memory(task.db_id) if o["memory"] == "frozen" else [])
+            memory = (SharedMemory(initial_memory(task.db_id), hosts.memory, memory_stream(task.db_id, trial))
+                      if sequential else Memory(initial_memory(task.db_id) if o["memory"] == "frozen" else []))
             agent = EhrAgent(settings.model_for("agent", meter),
                              settings.model_for("knowledge", meter) if o["knowledge"] else None, task.db_id, memory,
                              seed)
@@ -106,7 +145,7 @@ class EhrAgentBenchmark(Benchmark):
             agent = ReferenceAgent(task.gold_sql, ScriptedCall("agent", meter, settings.agent_latency_s))
 
         async def scored(record: TrialRecord) -> Score:
-            return score(task, record, tools)
+            return score(task, record, tools, getattr(agent, "knowledge", "") if sequential else None)
         return Episode(tools, agent, scored, opening=task.question)
 
     def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:
