@@ -24,6 +24,7 @@ from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from .agent import EhrAgent, Memory, ReferenceAgent, SharedMemory
+from .baselines import BaselineAgent, BaselineTools
 from .judge import compatibility, gold_text, strict
 from .prompts import CHATBOT_SYSTEM, DEBUGGER_SYSTEM, KNOWLEDGE_SYSTEM, initial_memory, prompts
 from .tasks import DB_IDS, EHRSQL_NOW, Task, load_tasks
@@ -79,7 +80,7 @@ def score(task: Task, record: TrialRecord, tools: CodeInterface, knowledge: str 
 
 class EhrAgentBenchmark(Benchmark):
     name = "ehragent"
-    agents = ("reference", "ehragent")
+    agents = ("reference", "ehragent", "react", "llm2sql", "self_debugging")    # the last three: baselines.py
     users = ("none",)
     headline_metric = "SR"
 
@@ -130,12 +131,17 @@ class EhrAgentBenchmark(Benchmark):
         o = self.options
         limits = CellLimits(cpu_s=float(o["cell_cpu_s"]), wall_s=float(o["cell_wall_s"]),
                             memory_mb=int(o["cell_memory_mb"]))
-        real_model = settings.agent != "reference"
-        tools = CodeInterface(task.db_id, hosts.databases[task.db_id], table_names(task.db_id), task.question,
-                              EHRSQL_NOW, settings.model_for("debugger", meter) if real_model and o["debugging"] else None,
+        ehragent = settings.agent == "ehragent"
+        db, tables = hosts.databases[task.db_id], table_names(task.db_id)
+        tools = CodeInterface(task.db_id, db, tables, task.question, EHRSQL_NOW,
+                              settings.model_for("debugger", meter) if ehragent and o["debugging"] else None,
                               limits, float(o["sql_timeout_s"]))
         sequential = o["memory"] == "sequential"
-        if real_model:
+        baseline = settings.agent in ("react", "llm2sql", "self_debugging")
+        if baseline:
+            tools = BaselineTools(tools, settings.agent)
+            agent = BaselineAgent(settings.agent, settings.model_for("agent", meter), task.db_id, db, tables, seed)
+        elif ehragent:
             memory = (SharedMemory(initial_memory(task.db_id), hosts.memory, memory_stream(task.db_id, trial))
                       if sequential else Memory(initial_memory(task.db_id) if o["memory"] == "frozen" else []))
             agent = EhrAgent(settings.model_for("agent", meter),
@@ -145,7 +151,7 @@ class EhrAgentBenchmark(Benchmark):
             agent = ReferenceAgent(task.gold_sql, ScriptedCall("agent", meter, settings.agent_latency_s))
 
         async def scored(record: TrialRecord) -> Score:
-            return score(task, record, tools, getattr(agent, "knowledge", "") if sequential else None)
+            return score(task, record, tools, getattr(agent, "knowledge", "") if sequential and not baseline else None)
         return Episode(tools, agent, scored, opening=task.question)
 
     def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:
