@@ -109,3 +109,25 @@ def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(
     [run] = mlflow.search_runs(experiment_names=["ehragent"], output_format="list")
     assert run.data.params["benchmark.memory"] == "sequential"
     assert round(run.data.metrics["SR"], 1) == 66.7
+
+
+def test_a_question_file_without_answers_runs_on_the_run_s_database(ray_cluster, tmp_path):
+    """`benchmark.question_files.<db>=` EHRSQL's own file (no answers): answered on the run's database once it is
+    built, the unanswerable dropped with a warning, and the rest run (the reference agent at 100)."""
+    source = json.loads((ROOT / "data" / "tasks" / "ehragent" / "mimic_iii.json").read_text())[:3]
+    own = [{k: v for k, v in item.items() if k not in ("answer", "level")} for item in source]
+    own.append({**own[0], "id": "unanswerable", "query": "select nope from admissions"})
+    (tmp_path / "valid.json").write_text(json.dumps(own))
+    store = tmp_path / "mlruns"
+    cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
+           f"+benchmark.question_files.ehrsql_mimic_iii={tmp_path / 'valid.json'}", "benchmark.task_dir=/nonexistent",
+           "trials=1", "data.dictionary=used", f"data.root={tmp_path / 'gen'}", f"tracking.root={store}",
+           f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    logs = out.stdout + out.stderr
+    assert "3 of 4 questions answered" in logs and "unanswerable: gold SQL failed" in logs, logs[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["ehragent"], output_format="list")
+    assert run.data.metrics["SR"] == 100.0 and run.data.metrics["trials_valid"] == 3

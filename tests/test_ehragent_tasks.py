@@ -84,10 +84,11 @@ def test_a_broken_question_file_names_file_question_and_field(tmp_path):
     path.write_text(json.dumps([{k: v for k, v in EHRSQL_ITEM.items() if k != "query"}]))
     with pytest.raises(TaskFileError, match=r"bad.json: question '75379177b6a56fb54e946591': missing field 'query'"):
         load_questions(path, "ehrsql_mimic_iii")
-    stored = tmp_path / "no_answer.json"
-    stored.write_text(json.dumps([EHRSQL_ITEM]))
-    with pytest.raises(TaskFileError, match="fields 'answer'"):
-        load_tasks(stored, "ehrsql_mimic_iii")
+    half = tmp_path / "half_answered.json"
+    half.write_text(json.dumps([{**EHRSQL_ITEM, "answer": ["oral"]}]))
+    with pytest.raises(TaskFileError, match="half_answered.json: question '75379177b6a56fb54e946591': fields "
+                                            "'answer' .* and 'level' .* go together"):
+        load_tasks(half, "ehrsql_mimic_iii")
 
 
 def test_questions_whose_gold_sql_fails_or_finds_nothing_are_dropped(tmp_path):
@@ -125,3 +126,29 @@ def test_the_project_question_sets_answer_what_their_files_say(ehragent_dbs, db_
         assert [str(v) for r in rows[:100] for v in r] == t.answer, t.qid
         assert complexity_level(t.gold_sql) == t.level
         assert "current_time" not in t.gold_sql and "_lower" not in t.gold_sql
+
+
+def test_an_ehrsql_file_without_answers_is_answered_on_the_database(ehragent_dbs, tmp_path):
+    """EHRSQL's own file (no answers): loaded as unresolved tasks, answered by their gold SQL on the run's database
+    after EHRSQL's post-processing; failing and empty ones dropped; stored answers kept as they are."""
+    from ehrbench.benchmarks.ehragent.tasks import resolve_on
+
+    project = json.loads((TASKS / "mimic_iii.json").read_text())[:2]
+    own = [{k: v for k, v in item.items() if k not in ("answer", "level")} for item in project]
+    own += [{**EHRSQL_ITEM, "id": "empty", "query": "select prescriptions.route from prescriptions where "
+             "prescriptions.drug = 'no such drug'"},
+            {**EHRSQL_ITEM, "id": "bad", "query": "select nope from prescriptions"},
+            {**EHRSQL_ITEM, "id": "clock", "query": "select count(*) from admissions where admissions.dischtime is "
+             "null and datetime(admissions.admittime) <= datetime(current_time)"}]
+    path = tmp_path / "valid.json"
+    path.write_text(json.dumps(own + [{**project[0], "id": "stored", "answer": ["kept"], "level": 3}]))
+    tasks = load_tasks(path, "ehrsql_mimic_iii")
+    assert [t.answer for t in tasks[:5]] == [None] * 5 and tasks[5].answer == ["kept"]
+    kept, dropped = resolve_on(tasks, ehragent_dbs["ehrsql_mimic_iii"])
+    assert [t.qid for t in kept] == [project[0]["id"], project[1]["id"], "clock", "stored"]
+    assert [t.answer for t in kept[:2]] == [project[0]["answer"], project[1]["answer"]]
+    assert [t.level for t in kept[:2]] == [project[0]["level"], project[1]["level"]] and kept[3].level == 3
+    current = ehragent_dbs["ehrsql_mimic_iii"].execute(
+        "select count(*) from admissions where dischtime is null and admittime <= '2105-12-31 23:59:00'").rows
+    assert kept[2].answer == [str(current[0][0])]                     # `current_time` is the database's "now"
+    assert [q for q, _ in dropped] == ["empty", "bad"]

@@ -257,13 +257,14 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     bench = load_benchmark(conf)
     settings = trial_settings(cfg, conf, bench)
     check_models(settings)
-    all_tasks = bench.tasks()
-    digest = task_digest(all_tasks)
-    identity = run_identity(params, digest)
-    tasks = select_tasks(all_tasks, conf.run.limit_tasks)
+    all_tasks = bench.tasks()                        # read now: a bad task file stops the run before any work
     resources = bench.resources()
     connect_ray(conf, bench)
     paths = prepare_databases(resources, conf)                                       # 2. databases
+    all_tasks = bench.resolve_tasks(all_tasks, paths)
+    digest = task_digest(all_tasks)
+    identity = run_identity(params, digest)
+    tasks = select_tasks(all_tasks, conf.run.limit_tasks)
     runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings)  # 3. runtime
 
     run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"

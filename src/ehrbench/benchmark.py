@@ -10,6 +10,8 @@ What a benchmark says:
 - `resources()`: the world's database renderings it queries, the text columns to embed for similarity search and
   whether its agents share a memory, which the runtime hosts as Ray actors (`DatabaseShard`, `ValueIndexActor`,
   `MemoryActor`) and hands back as `Hosts`;
+- `resolve_tasks(...)`: optional: tasks whose answers come from the run's databases (a question file without
+  answers, answered once the databases are ready);
 - `schedule(...)`: optional chains of trials that must run one after another, in order (an agent whose memory of
   earlier questions shapes the next); by default every trial is independent;
 - `episode(...)`: one attempt at one task, built on the trial worker: tools, agent, how to score, optional opening
@@ -163,6 +165,10 @@ class Benchmark:
 
     def resources(self) -> Resources:
         return Resources()
+
+    def resolve_tasks(self, tasks: list, paths: dict[str, str]) -> list:
+        """The tasks once the databases (db id -> file) are ready; by default the same."""
+        return tasks
 
     def schedule(self, tasks: list, trials: int) -> list[list[tuple[Any, int]]] | None:
         """Chains of (task, trial): each chain runs one trial at a time, in its order (chains run side by side).

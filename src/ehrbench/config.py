@@ -211,6 +211,9 @@ def validate(cfg: dict, absolute=lambda p: str(Path(p).resolve())) -> RunConfig:
     for key in ("task_dir",):
         if isinstance(bench.get(key), str):
             bench[key] = absolute(bench[key])
+    if isinstance(bench.get("question_files"), dict):          # EHRAgent: db -> a question file of your own
+        bench["question_files"] = {db: absolute(p) if isinstance(p, str) else p
+                                   for db, p in bench["question_files"].items()}
     data_node = dict(cfg.get("data") or {})
     files = {k: absolute(v["path"]) for k, v in data_node.items()
              if isinstance(v, dict) and v.get("path") is not None}

@@ -27,7 +27,7 @@ from .agent import EhrAgent, Memory, ReferenceAgent, SharedMemory
 from .baselines import BaselineAgent, BaselineTools
 from .judge import compatibility, gold_text, strict
 from .prompts import CHATBOT_SYSTEM, DEBUGGER_SYSTEM, KNOWLEDGE_SYSTEM, initial_memory, prompts
-from .tasks import DB_IDS, EHRSQL_NOW, Task, load_tasks
+from .tasks import DB_IDS, EHRSQL_NOW, Task, load_tasks, resolve_on
 from .tools import CodeInterface
 
 FILES = {"ehrsql_mimic_iii": "mimic_iii.json", "ehrsql_eicu": "eicu.json", "treqs": "treqs.jsonl"}
@@ -103,12 +103,46 @@ class EhrAgentBenchmark(Benchmark):
             value = o.get(field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigurationError(f"benchmark.{field}={value!r}: must be a number above 0")
-        if not Path(o.get("task_dir") or "").is_dir():
+        files = o.get("question_files") or {}
+        for db, path in files.items():
+            if db not in DB_IDS or not Path(str(path)).is_file():
+                raise ConfigurationError(f"benchmark.question_files.{db}={path!r}: " + (
+                    f"not a database; use one of {list(DB_IDS)}" if db not in DB_IDS else
+                    "no such file (an EHRSQL file such as dataset/ehrsql/mimic_iii/valid.json, or MIMICSQL's "
+                    "test.json for treqs)"))
+        if not all(db in files for db in chosen) and not Path(o.get("task_dir") or "").is_dir():
             raise ConfigurationError(f"benchmark.task_dir={o.get('task_dir')!r}: no such folder; it must hold "
                                      f"{', '.join(FILES.values())} (the project's are in data/tasks/ehragent)")
 
+    def question_file(self, db: str) -> Path:
+        """`question_files.<db>` (e.g. EHRSQL's own valid.json), else the task folder's file for the database."""
+        own = (self.options.get("question_files") or {}).get(db)
+        return Path(own) if own else Path(self.options["task_dir"]) / FILES[db]
+
     def tasks(self) -> list[Task]:
-        return [t for db in self.options["databases"] for t in load_tasks(Path(self.options["task_dir"]) / FILES[db], db)]
+        return [t for db in self.options["databases"] for t in load_tasks(self.question_file(db), db)]
+
+    def resolve_tasks(self, tasks: list[Task], paths: dict[str, str]) -> list[Task]:
+        """Questions from a file without answers (EHRSQL's, MIMICSQL's) get them from the run's database: the
+        synthetic rendering, or your own with `data.<db>.path`; those whose gold SQL fails or returns nothing are
+        dropped, as EHRAgent's authors dropped them."""
+        import logging
+
+        from ...db import open_database
+
+        out = []
+        for db in self.options["databases"]:
+            mine = [t for t in tasks if t.db_id == db]
+            if all(t.answer is not None for t in mine):
+                out += mine
+                continue
+            kept, dropped = resolve_on(mine, open_database(paths[db], db), float(self.options["sql_timeout_s"]))
+            out += kept
+            logging.getLogger(__name__).warning(
+                "%s: %d of %d questions answered on %s; %d dropped (gold SQL failed or returned nothing)%s", db,
+                len(kept), len(mine), paths[db], len(dropped),
+                "; e.g. " + "; ".join(f"{q}: {why[:120]}" for q, why in dropped[:3]) if dropped else "")
+        return out
 
     def resources(self) -> Resources:
         return Resources(databases=tuple(self.options["databases"]), memory=self.options["memory"] == "sequential")

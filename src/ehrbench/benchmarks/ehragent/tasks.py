@@ -11,7 +11,8 @@ formats, each read unchanged.
 A question's answer is its gold SQL executed on the database (`resolve`): questions whose SQL fails or returns
 nothing are dropped, as EHRAgent's authors did. The project's files also store the answer (`answer`) and the
 complexity level (`level`, distinct tables in the gold SQL), so a run does not depend on re-executing them; a test
-checks both against the database.
+checks both against the database. Items without an answer (EHRSQL's and MIMICSQL's own files) load as unresolved
+tasks (`answer` None), which the benchmark resolves on the run's database once it is ready (`resolve_on`).
 """
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ class Task:
     db_id: str
     question: str
     gold_sql: str
-    answer: list[str]            # the gold result's values, row by row, as strings (EHRAgent's ground truth)
+    answer: list[str] | None     # the gold result's values, row by row, as strings (EHRAgent's ground truth);
+                                 # None until resolved on the database (a file without answers)
     level: int                   # complexity: distinct tables in the gold SQL (I-IV)
     family: str = ""
     extra: dict = field(default_factory=dict, compare=False)
@@ -162,14 +164,35 @@ def _questions_with_items(path: Path, db_id: str) -> list[tuple[Question, dict]]
 
 
 def load_tasks(path: str | Path, db_id: str) -> list[Task]:
-    """The project's question set: questions with their stored answer and level (written by the generator)."""
+    """A question set: the project's (each question with its stored answer and level, written by the generator), or
+    EHRSQL's / MIMICSQL's own (no answers: unresolved tasks, level 0 until resolved)."""
     path = Path(path)
     tasks = []
     for q, item in _questions_with_items(path, db_id):
         answer, level = item.get("answer"), item.get("level")
+        if answer is None and level is None:
+            tasks.append(Task(q.qid, db_id, q.question, q.sql, None, 0, q.family))
+            continue
         if not isinstance(answer, list) or not answer or not isinstance(level, int):
             raise TaskFileError(f"{path}: question {q.qid!r}: fields 'answer' (a non-empty list) and 'level' (an "
-                                "integer) are needed in a question set used without a database; regenerate with "
-                                "`python -m ehrbench.benchmarks.ehragent.taskgen`")
+                                "integer) go together (or neither, to answer it on the run's database); regenerate "
+                                "with `python -m ehrbench.benchmarks.ehragent.taskgen`")
         tasks.append(Task(q.qid, db_id, q.question, q.sql, [str(a) for a in answer], level, q.family))
     return tasks
+
+
+def resolve_on(tasks: list[Task], database, timeout_s: float = 60.0) -> tuple[list[Task], list[tuple[str, str]]]:
+    """The tasks with their answers: stored ones kept, unresolved ones answered by running their gold SQL on
+    `database` (a guarded `db.Database`, EHRSQL's first 100 rows); the (qid, why) of those dropped."""
+    from tqdm import tqdm
+
+    todo = [Question(t.qid, t.db_id, t.question, t.gold_sql, t.family) for t in tasks if t.answer is None]
+    if not todo:
+        return tasks, []
+
+    def rows(sql: str) -> list[tuple]:
+        return database.execute(sql, timeout_s, MAX_ANSWER_ROWS, MAX_ANSWER_ROWS).rows
+    answered, dropped = resolve(tqdm(todo, desc=f"gold answers ({todo[0].db_id})", unit="question"), rows)
+    by_id = {t.qid: t for t in answered}
+    return [t if t.answer is not None else by_id[t.qid] for t in tasks if t.answer is not None or t.qid in by_id], \
+        dropped
