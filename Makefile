@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox clean
+.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism clean
 install: $(BIN)/.installed
 
 run: install
@@ -36,6 +36,9 @@ bench-throughput: install
 
 bench-sandbox: install
 	$(BIN)/python bench/bench_sandbox.py $(ARGS)
+
+bench-realism: install
+	$(BIN)/python bench/bench_realism.py $(ARGS)
 
 bench-traces: install
 	$(BIN)/python bench/bench_traces.py $(ARGS)

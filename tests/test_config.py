@@ -107,3 +107,16 @@ def test_an_unregistered_benchmark_is_refused_with_the_known_ones(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("ehrbench: benchmark.name='nope' is not registered; known: "
                                                           "['ehragent', 'ehrchatqa']")
+
+
+def test_usable_cpus_honours_a_container_s_cgroup_quota(tmp_path):
+    """write_traces=auto counts the CPUs a container may use, not the host's: a `--cpus=1.5` quota caps it."""
+    import os
+
+    from ehrbench.config import usable_cpus
+
+    affinity = len(os.sched_getaffinity(0))
+    (tmp_path / "quota").write_text("150000 100000\n")
+    (tmp_path / "none").write_text("max 100000\n")
+    assert usable_cpus(str(tmp_path / "quota")) == min(affinity, 1.5)
+    assert usable_cpus(str(tmp_path / "none")) == usable_cpus(str(tmp_path / "missing")) == affinity

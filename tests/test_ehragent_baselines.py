@@ -138,3 +138,27 @@ def test_agent_choice_builds_the_baseline_on_the_benchmark_s_tools(db_path, kind
     assert isinstance(episode.agent, BaselineAgent) and episode.agent.kind == kind
     assert isinstance(episode.tools, BaselineTools) and episode.tools.code.debugger is None
     assert roles == ["agent"]
+
+
+def test_memory_keeps_successful_questions_or_with_memory_from_completed_every_terminated_one(db_path):
+    """Sequential memory's item: {question, knowledge note, last cell}, for a question the judge passed; with
+    memory_from=completed, for any that said TERMINATE; never without the sequential mode (knowledge None)."""
+    from ehrbench.trial import TrialRecord
+
+    task = Task("q1", DB, "how many?", "SELECT 1", ["41"], 1)
+    cell = {"cell": "answer = 40"}
+    record = TrialRecord(task.key, 2, "answered", None, messages=[
+        {"role": "user", "content": task.question},
+        {"role": "assistant", "content": None, "tool_call": {"name": "python", "arguments": {"cell": "x = 1"}}},
+        {"role": "tool", "content": "1"},
+        {"role": "assistant", "content": None, "tool_call": {"name": "python", "arguments": cell}},
+        {"role": "tool", "content": "40"},
+        {"role": "assistant", "content": "The answer is 40.\nTERMINATE"}])
+    tools = interface(db_path)
+    assert score(task, record, tools, "note").memory == []                        # wrong answer: not remembered
+    [item] = score(task, record, tools, "note", "completed").memory
+    assert item == {"stream": f"{DB}#2", "key": task.key,
+                    "item": {"question": "how many?", "knowledge": "note", "code": "answer = 40"}}
+    solved = Task("q1", DB, "how many?", "SELECT 1", ["40"], 1)
+    assert score(solved, record, tools, "note").memory[0]["item"]["code"] == "answer = 40"
+    assert score(solved, record, tools, None).memory == []

@@ -121,8 +121,20 @@ class TrackingOptions:
         """Whether the trace writer works while the trials run. On a machine with fewer than 4 CPUs it shares a
         core with them and slowed the main job's trial phase by ~24% (measured), so `auto` writes after them."""
         if self.write_traces == "auto":
-            return len(os.sched_getaffinity(0)) >= 4 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) >= 4
+            return usable_cpus() >= 4
         return self.write_traces == "during"
+
+
+def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> float:
+    """CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota (a container's `--cpus`)."""
+    cpus = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    try:
+        quota, period = Path(cpu_max).read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, int(quota) / int(period))
+    except (OSError, ValueError):
+        pass
+    return cpus
 
 
 @dataclass(frozen=True)

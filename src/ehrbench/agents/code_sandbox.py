@@ -85,6 +85,9 @@ class CodeSandbox:
         async with self._starting:
             if self._host is not None and self._host.returncode is None:
                 return
+            if self._control is not None:      # a host that died: its socket goes with it (its reader has ended)
+                self._control.close()
+                self._control = None
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             self.scratch_root.mkdir(parents=True, exist_ok=True)
             self._host = await asyncio.create_subprocess_exec(

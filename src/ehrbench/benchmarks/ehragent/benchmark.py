@@ -66,14 +66,17 @@ def last_cell(record: TrialRecord) -> str:
     return cells[-1] if cells else ""
 
 
-def score(task: Task, record: TrialRecord, tools: CodeInterface, knowledge: str | None = None) -> Score:
-    """SR, strict SR, CR; with `knowledge` (sequential memory), a solved question becomes a memory item."""
+def score(task: Task, record: TrialRecord, tools: CodeInterface, knowledge: str | None = None,
+          memory_from: str = "successful") -> Score:
+    """SR, strict SR, CR; with `knowledge` (sequential memory), a successful question (or, `memory_from=completed`,
+    any question that reached TERMINATE: no labels needed) becomes a memory item."""
     completed, window = prediction_window(record)
     compatible = completed and compatibility(window, gold_text(task.answer))
     exact = completed and tools.last_answer is not None and strict(tools.last_answer, task.answer)
+    kept = compatible if memory_from == "successful" else completed
     memory = [{"stream": memory_stream(task.db_id, record.trial), "key": task.key,
                "item": {"question": task.question, "knowledge": knowledge, "code": last_cell(record)}}] \
-        if compatible and knowledge is not None else []
+        if kept and knowledge is not None else []
     return Score(float(compatible), {"completed": float(completed), "compatible": float(compatible),
                                      "strict": float(exact)}, memory)
 
@@ -93,6 +96,9 @@ class EhrAgentBenchmark(Benchmark):
             raise ConfigurationError(f"benchmark.memory={o.get('memory')!r}: choose one of {list(MEMORY_MODES)} "
                                      "(frozen: the four initial examples; sequential: the original's growing "
                                      "memory, questions one at a time in seeded order; none: no examples)")
+        if o.get("memory_from", "successful") not in ("successful", "completed"):
+            raise ConfigurationError(f"benchmark.memory_from={o.get('memory_from')!r}: choose successful (the "
+                                     "original: the judge passed) or completed (said TERMINATE; needs no labels)")
         if isinstance(o.get("memory_seed"), bool) or not isinstance(o.get("memory_seed"), int):
             raise ConfigurationError(f"benchmark.memory_seed={o.get('memory_seed')!r}: must be an integer (the "
                                      "original shuffles with seed 42)")
@@ -185,7 +191,8 @@ class EhrAgentBenchmark(Benchmark):
             agent = ReferenceAgent(task.gold_sql, ScriptedCall("agent", meter, settings.agent_latency_s))
 
         async def scored(record: TrialRecord) -> Score:
-            return score(task, record, tools, getattr(agent, "knowledge", "") if sequential and not baseline else None)
+            return score(task, record, tools, getattr(agent, "knowledge", "") if sequential and not baseline else None,
+                         o.get("memory_from", "successful"))
         return Episode(tools, agent, scored, opening=task.question)
 
     def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:
