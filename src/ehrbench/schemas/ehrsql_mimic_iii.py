@@ -18,7 +18,7 @@ from sqlalchemy import INT, SMALLINT, TIMESTAMP, VARCHAR, Column, Double, Foreig
 
 from ..world.generator import WorldSize
 from ..world.model import Patient
-from ..world.vocab import icd9_titles, mimic_iii, vocabulary
+from ..world.vocab import icd9_titles, mimic_iii, mimic_iii_value, vocabulary
 from .ehrsql_clock import shift_of, shifted
 from .writer import Ids, Rows
 
@@ -166,15 +166,17 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
         t = lambda when: shifted(when, shift)  # noqa: E731
         subject = ids.next("mimic3/subjects")
         add("PATIENTS", SUBJECT_ID=subject, GENDER=p.gender, DOB=t(p.dob), DOD=t(p.dod))
-        for a in p.admissions:
+        ethnicity = mimic_iii_value("ethnicities", p.ethnicity, seed, p.index)
+        for n, a in enumerate(p.admissions):
             hadm = ids.next("mimic3/admissions")
             destination = m3["died"] if a.died else m3["discharge_destinations"].get(a.discharge_destination)
             add("ADMISSIONS", SUBJECT_ID=subject, HADM_ID=hadm, ADMITTIME=t(a.admit), DISCHTIME=t(a.discharge),
                 ADMISSION_TYPE=m3["admission_types"][a.admission_type].lower(),
                 ADMISSION_LOCATION=m3["admit_sources"][a.admit_source].lower(),
                 DISCHARGE_LOCATION=None if a.current else lower(destination),
-                INSURANCE=m3["insurance"][a.insurance].lower(), LANGUAGE=lower(m3["languages"][a.language]),
-                MARITAL_STATUS=lower(m3["marital"].get(a.marital)), ETHNICITY=m3["ethnicities"][p.ethnicity].lower(),
+                INSURANCE=mimic_iii_value("insurance", a.insurance, seed, p.index, n).lower(),
+                LANGUAGE=lower(mimic_iii_value("languages", a.language, seed, p.index, n)),
+                MARITAL_STATUS=lower(m3["marital"].get(a.marital)), ETHNICITY=ethnicity.lower(),
                 AGE=a.age)
             base = {"SUBJECT_ID": subject, "HADM_ID": hadm}
             for code in dict.fromkeys(v.conditions[d.key].icd9 for d in a.diagnoses):

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import random
 
 from sqlalchemy import INTEGER, REAL, TEXT, Column, MetaData, Table
 
 from ..world.generator import WorldSize
 from ..world.model import Patient
-from ..world.vocab import icd9_titles, mimic_iii, vocabulary
+from ..world.vocab import icd9_titles, mimic_iii, mimic_iii_value, vocabulary
 from . import ehrsql_mimic_iii
 from .ehrsql_clock import shift_of, shifted
 from .writer import Ids, Rows
@@ -90,9 +89,10 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
         shift = shift_of(seed, p)
         t = lambda when: shifted(when, shift)  # noqa: E731
         subject = ids.next("mimic3/subjects")
-        name, religion = synthetic_name(seed, p), random.Random(f"{seed}/religion/{p.index}").choice(m3["religions"])
+        name, religion = synthetic_name(seed, p), mimic_iii_value("religions", None, seed, p.index)
+        ethnicity = mimic_iii_value("ethnicities", p.ethnicity, seed, p.index)
         dob, dod = p.dob + shift, p.dod + shift if p.dod else None
-        for a in p.admissions:
+        for n, a in enumerate(p.admissions):
             hadm = ids.next("mimic3/admissions")
             stays = [ids.next("mimic3/icustays") for _ in a.icu_stays]
             if a.current:
@@ -101,9 +101,10 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
             primary = next((d.key for d in a.diagnoses if v.conditions[d.key].acute), None) or \
                 (a.diagnoses[0].key if a.diagnoses else "observation")
             add("DEMOGRAPHIC", SUBJECT_ID=subject, HADM_ID=hadm, NAME=name, MARITAL_STATUS=m3["marital"].get(a.marital),
-                AGE=admit.year - dob.year, DOB=t(p.dob), GENDER=p.gender.upper(), LANGUAGE=m3["languages"][a.language],
+                AGE=admit.year - dob.year, DOB=t(p.dob), GENDER=p.gender.upper(),
+                LANGUAGE=mimic_iii_value("languages", a.language, seed, p.index, n),
                 RELIGION=religion, ADMISSION_TYPE=m3["admission_types"][a.admission_type], DAYS_STAY=(disch - admit).days,
-                INSURANCE=m3["insurance"][a.insurance], ETHNICITY=m3["ethnicities"][p.ethnicity],
+                INSURANCE=mimic_iii_value("insurance", a.insurance, seed, p.index, n), ETHNICITY=ethnicity,
                 EXPIRE_FLAG=int(p.dod is not None), ADMISSION_LOCATION=m3["admit_sources"][a.admit_source],
                 DISCHARGE_LOCATION=m3["died"] if a.died else m3["discharge_destinations"][a.discharge_destination],
                 DIAGNOSIS=primary.upper(), DOD=t(p.dod), DOB_YEAR=dob.year,

@@ -146,6 +146,19 @@ def mimic_iii() -> dict:
     return _load("mimic_iii.yaml")
 
 
+def mimic_iii_value(kind: str, value, seed: int, *key) -> str | None:
+    """MIMIC-III's spelling of a world value (`kind`: insurance, languages, ethnicities, religions, ...): the one it
+    maps to, or one of its finer values drawn by a hash of (seed, kind, key), so every rendering draws the same."""
+    import random
+
+    table = mimic_iii()[kind]
+    choices = table.get(value) if kind != "religions" else table
+    if not isinstance(choices, dict):
+        return choices
+    names = list(choices)
+    return random.Random(f"{seed}/{kind}/{'/'.join(map(str, key))}").choices(names, [choices[n] for n in names])[0]
+
+
 @functools.lru_cache(maxsize=None)
 def icd9_titles() -> dict[str, tuple[str, str]]:
     """Billable ICD-9-CM diagnosis codes -> (short title, long title) as CMS writes them, which is how MIMIC-III's
