@@ -161,10 +161,10 @@ class CodeSandbox:
             try:
                 outcome = await asyncio.wait_for(self._converse(reader, writer, on_tool), limits.wall_s)
             except asyncio.TimeoutError:
-                await self._kill(waiters)
+                await self._kill(cell)
                 return CellResult("wall_limit", seconds=time.monotonic() - started)
             except BaseException:                # cancelled, or the harness failed: the cell must not live on
-                await asyncio.shield(self._kill(waiters))
+                await asyncio.shield(self._kill(cell))
                 raise
             finally:
                 writer.close()
@@ -174,7 +174,7 @@ class CodeSandbox:
                 ended = "ok" if not error else "memory" if error["type"] == "MemoryError" else "error"
                 return CellResult(ended, outcome.get("result"), outcome.get("stdout", ""),
                                   outcome.get("stdout_dropped", 0), error, time.monotonic() - started, calls)
-            await self._kill(waiters)            # its socket closed without a result: make sure it is gone
+            await self._kill(cell)            # its socket closed without a result: make sure it is gone
             try:
                 end = await asyncio.wait_for(waiters["ended"], 10.0)
             except asyncio.TimeoutError:
@@ -226,19 +226,14 @@ class CodeSandbox:
             except OSError:                      # the cell died while its reply was on the way
                 return {"op": "closed", "tool_calls": calls}
 
-    async def _kill(self, waiters: dict) -> None:
-        """End the cell's whole session (it and anything it started)."""
+    async def _kill(self, cell: str) -> None:
+        """End the cell's whole session (it and anything it started). The host does it: it is the cell's parent and
+        kills only a cell it has not reaped, so a pid the system has given to another process is never signalled."""
         try:
-            started = await asyncio.wait_for(waiters["started"], 5.0)
-        except asyncio.TimeoutError:
-            return
-        if started and started.get("pid"):
-            for kill in (os.killpg, os.kill):    # its session, or the child itself if it has none yet
-                try:
-                    kill(started["pid"], signal.SIGKILL)
-                    return
-                except (ProcessLookupError, PermissionError):
-                    continue
+            with self._send_lock:
+                send(self._control, {"op": "kill", "cell": cell})
+        except (OSError, AttributeError):      # the host is gone (its cells with it)
+            pass
 
     async def close(self) -> None:
         if self._control is not None:          # shutdown wakes the reader thread and tells the host to exit

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import struct
 import sys
@@ -267,15 +268,18 @@ def main() -> None:
             forked.acquire()                      # one wait per child forked
             if stop.is_set():
                 return
-            pid, status = os.wait()
+            # Look first (WNOWAIT), then reap while holding the lock: a pid in `cells` is never reused, since an
+            # unreaped child keeps its pid, so a kill request (below) can only reach the cell it names.
+            pid = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT).si_pid
             with cells_lock:
                 cell = cells.pop(pid, None)
+                _, status = os.waitpid(pid, 0)
             if cell is not None:
-                signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+                number = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
                 code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
                 with send_lock:
                     try:
-                        send(control, {"op": "ended", "cell": cell, "signal": signal, "exit": code})
+                        send(control, {"op": "ended", "cell": cell, "signal": number, "exit": code})
                     except OSError:
                         return
 
@@ -288,6 +292,16 @@ def main() -> None:
             stop.set()
             forked.release()
             return
+        if request.get("op") == "kill":           # the worker gave up on a cell: end its session if it still runs
+            with cells_lock:
+                pid = next((p for p, c in cells.items() if c == request["cell"]), None)
+                for kill in (os.killpg, os.kill) if pid else ():   # its session, or the child before it has one
+                    try:
+                        kill(pid, signal.SIGKILL)
+                        break
+                    except (ProcessLookupError, PermissionError):
+                        continue
+            continue
         with cells_lock:
             pid = os.fork()
             if pid == 0:
