@@ -107,7 +107,7 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                 INSURANCE=mimic_iii_value("insurance", a.insurance, seed, p.index, n), ETHNICITY=ethnicity,
                 EXPIRE_FLAG=int(p.dod is not None), ADMISSION_LOCATION=m3["admit_sources"][a.admit_source],
                 DISCHARGE_LOCATION=m3["died"] if a.died else m3["discharge_destinations"][a.discharge_destination],
-                DIAGNOSIS=primary.upper(), DOD=t(p.dod), DOB_YEAR=dob.year,
+                DIAGNOSIS=mimic_iii_value("admitting_diagnoses", primary, seed, p.index, n), DOD=t(p.dod), DOB_YEAR=dob.year,
                 DOD_YEAR=float(dod.year) if dod else None, ADMITTIME=t(a.admit), DISCHTIME=t(a.discharge),
                 ADMITYEAR=admit.year)
             base = {"SUBJECT_ID": subject, "HADM_ID": hadm}

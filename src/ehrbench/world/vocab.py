@@ -152,7 +152,12 @@ def mimic_iii_value(kind: str, value, seed: int, *key) -> str | None:
     import random
 
     table = mimic_iii()[kind]
-    choices = table.get(value) if kind != "religions" else table
+    if kind == "religions":                   # one table for everybody
+        choices = table
+    elif kind == "admitting_diagnoses":       # a reason the table does not list: a common presenting complaint
+        choices = table.get(value, mimic_iii()["admitting_default"])
+    else:
+        choices = table.get(value)
     if not isinstance(choices, dict):
         return choices
     names = list(choices)
