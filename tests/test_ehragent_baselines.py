@@ -162,3 +162,18 @@ def test_memory_keeps_successful_questions_or_with_memory_from_completed_every_t
     solved = Task("q1", DB, "how many?", "SELECT 1", ["40"], 1)
     assert score(solved, record, tools, "note").memory[0]["item"]["code"] == "answer = 40"
     assert score(solved, record, tools, None).memory == []
+
+
+def test_a_bad_memory_file_is_refused_at_start_naming_file_line_and_field(tmp_path):
+    from ehrbench.benchmarks.ehragent.benchmark import EhrAgentBenchmark
+    from ehrbench.llm.base import ConfigurationError
+
+    options = {"databases": [DB], "memory": "frozen", "memory_seed": 42, "knowledge": True, "debugging": True,
+               "cell_cpu_s": 30, "cell_wall_s": 60, "cell_memory_mb": 2048, "sql_timeout_s": 60,
+               "task_dir": str(tmp_path)}
+    bad = tmp_path / "memory.jsonl"
+    bad.write_text('{"db_id": "ehrsql_mimic_iii", "question": "q", "knowledge": "k", "code": "c"}\n{"db_id": "x"}\n')
+    with pytest.raises(ConfigurationError, match=r"memory.jsonl: line 2: field 'question' missing"):
+        EhrAgentBenchmark({**options, "memory_file": str(bad)}).check()
+    with pytest.raises(ConfigurationError, match="needs benchmark.memory=frozen"):
+        EhrAgentBenchmark({**options, "memory": "sequential", "memory_file": str(bad)}).check()

@@ -109,6 +109,25 @@ def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(
     [run] = mlflow.search_runs(experiment_names=["ehragent"], output_format="list")
     assert run.data.params["benchmark.memory"] == "sequential"
     assert round(run.data.metrics["SR"], 1) == 66.7
+    # what it learned is an artifact, in the order learned, which a frozen run loads (memory_file)
+    learned = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="memory.jsonl",
+                                                       dst_path=str(tmp_path / "art")))
+    lines = [json.loads(line) for line in learned.read_text().splitlines()]
+    assert [(m["key"], m["knowledge"], m["code"]) for m in lines] == [(first.key, "NOTE-ONE", cell(first)),
+                                                                       (third.key, "NOTE-THREE", cell(third))]
+    frozen = EhrAgentBenchmark({**options, "memory": "frozen", "memory_file": str(learned), "knowledge": True,
+                                "debugging": True, "cell_cpu_s": 1, "cell_wall_s": 1, "cell_memory_mb": 512,
+                                "sql_timeout_s": 1, "task_dir": str(tmp_path / "tasks")})
+    frozen.check()
+    from ehrbench.benchmarks.ehragent.benchmark import memory_file_items
+    assert [m["question"] for m in memory_file_items(str(learned))["ehrsql_mimic_iii"]] == [first.question,
+                                                                                           third.question]
+    from types import SimpleNamespace
+
+    from ehrbench.benchmark import Hosts
+    settings = SimpleNamespace(agent="ehragent", model_for=lambda role, meter: None)
+    agent = frozen.episode(second, 0, Hosts({"ehrsql_mimic_iii": None}), settings, None, 1).agent
+    assert [m["question"] for m in agent.memory.items[4:]] == [first.question, third.question]   # after the 4 shots
 
 
 def test_a_question_file_without_answers_runs_on_the_run_s_database(ray_cluster, tmp_path):

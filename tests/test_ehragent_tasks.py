@@ -152,3 +152,13 @@ def test_an_ehrsql_file_without_answers_is_answered_on_the_database(ehragent_dbs
         "select count(*) from admissions where dischtime is null and admittime <= '2105-12-31 23:59:00'").rows
     assert kept[2].answer == [str(current[0][0])]                     # `current_time` is the database's "now"
     assert [q for q, _ in dropped] == ["empty", "bad"]
+
+
+@pytest.mark.parametrize("db_id", list(FILES))
+def test_the_train_split_answers_on_the_world_and_shares_no_question_with_the_evaluation_set(ehragent_dbs, db_id):
+    train = load_tasks(TASKS / "train" / FILES[db_id], db_id)
+    assert len(train) == 100
+    assert not {t.question for t in train} & {t.question for t in load_tasks(TASKS / FILES[db_id], db_id)}
+    for t in train[:20]:
+        rows = ehragent_dbs[db_id].execute(t.gold_sql, timeout_s=60, keep=1000).rows
+        assert [str(v) for r in rows[:100] for v in r] == t.answer, t.qid

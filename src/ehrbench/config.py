@@ -223,6 +223,8 @@ def validate(cfg: dict, absolute=lambda p: str(Path(p).resolve())) -> RunConfig:
     for key in ("task_dir",):
         if isinstance(bench.get(key), str):
             bench[key] = absolute(bench[key])
+    if isinstance(bench.get("memory_file"), str):               # EHRAgent: a memory learned by an earlier run
+        bench["memory_file"] = absolute(bench["memory_file"])
     if isinstance(bench.get("question_files"), dict):          # EHRAgent: db -> a question file of your own
         bench["question_files"] = {db: absolute(p) if isinstance(p, str) else p
                                    for db, p in bench["question_files"].items()}

@@ -14,6 +14,7 @@ examples from; one memory per database and trial index, hosted by the run's Memo
 from __future__ import annotations
 
 import functools
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -60,6 +61,33 @@ def memory_stream(db_id: str, trial: int) -> str:
     return f"{db_id}#{trial}"
 
 
+@functools.lru_cache(maxsize=8)
+def memory_file_items(path: str) -> dict[str, list[dict]]:
+    """A memory a sequential run wrote (`memory.jsonl`: db_id, trial, question, knowledge, code per line), by
+    database: the items of its trial 0, in the order they were learned."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigurationError(f"benchmark.memory_file: {path}: line {lineno}: not JSON ({e.msg})") from None
+        missing = [f for f in ("db_id", "question", "knowledge", "code") if not isinstance(item.get(f), str)]
+        if missing:
+            raise ConfigurationError(f"benchmark.memory_file: {path}: line {lineno}: field {missing[0]!r} missing "
+                                     "(a memory.jsonl written by a memory=sequential run has every field)")
+        if item.get("trial", 0) == 0:
+            out[item["db_id"]].append({k: item[k] for k in ("question", "knowledge", "code")})
+    return dict(out)
+
+
+def memory_lines(records: list[TrialRecord], db_of: dict[str, str]) -> list[dict]:
+    """What a sequential run learned, in the order it learned it: one line per remembered question."""
+    return [{"db_id": db_of[r.task_key], "trial": r.trial, "key": r.task_key, **m["item"]}
+            for r in records if r.valid and r.final and r.task_key in db_of for m in r.memory]
+
+
 def last_cell(record: TrialRecord) -> str:
     """The last code cell the proxy executed (the original's `user_proxy.code`)."""
     cells = [args.get("cell", "") for args in record.tool_arguments("python")]
@@ -99,6 +127,14 @@ class EhrAgentBenchmark(Benchmark):
         if o.get("memory_from", "successful") not in ("successful", "completed"):
             raise ConfigurationError(f"benchmark.memory_from={o.get('memory_from')!r}: choose successful (the "
                                      "original: the judge passed) or completed (said TERMINATE; needs no labels)")
+        if o.get("memory_file"):
+            if o["memory"] != "frozen":
+                raise ConfigurationError(f"benchmark.memory_file={o['memory_file']!r} needs benchmark.memory=frozen "
+                                         "(a sequential run builds its own memory)")
+            if not Path(o["memory_file"]).is_file():
+                raise ConfigurationError(f"benchmark.memory_file={o['memory_file']!r}: no such file (a memory.jsonl "
+                                         "from a memory=sequential run's MLflow artifacts)")
+            memory_file_items(str(o["memory_file"]))
         if isinstance(o.get("memory_seed"), bool) or not isinstance(o.get("memory_seed"), int):
             raise ConfigurationError(f"benchmark.memory_seed={o.get('memory_seed')!r}: must be an integer (the "
                                      "original shuffles with seed 42)")
@@ -182,8 +218,9 @@ class EhrAgentBenchmark(Benchmark):
             tools = BaselineTools(tools, settings.agent)
             agent = BaselineAgent(settings.agent, settings.model_for("agent", meter), task.db_id, db, tables, seed)
         elif ehragent:
+            learned = memory_file_items(str(o["memory_file"])).get(task.db_id, []) if o.get("memory_file") else []
             memory = (SharedMemory(initial_memory(task.db_id), hosts.memory, memory_stream(task.db_id, trial))
-                      if sequential else Memory(initial_memory(task.db_id) if o["memory"] == "frozen" else []))
+                      if sequential else Memory(initial_memory(task.db_id) + learned if o["memory"] == "frozen" else []))
             agent = EhrAgent(settings.model_for("agent", meter),
                              settings.model_for("knowledge", meter) if o["knowledge"] else None, task.db_id, memory,
                              seed)
@@ -232,6 +269,9 @@ class EhrAgentBenchmark(Benchmark):
         out_dir.mkdir(parents=True, exist_ok=True)
         levels = {g: 100 * s["SR"] / s["trials"] for g, s in sums.items() if g.startswith("level")}
         files = [category_bars(levels, out_dir / "sr_by_level.png", "SR by complexity level")] if levels else []
+        if learned := memory_lines(records, {t.key: t.db_id for t in tasks}):  # a sequential run's memory, to
+            (out_dir / "memory.jsonl").write_text("".join(json.dumps(m, ensure_ascii=False) + "\n" for m in learned))
+            files.append(out_dir / "memory.jsonl")                             # freeze for parallel runs
         headline = {m: metrics[m] for m in ("SR", "SR_strict", "CR") if m in metrics}
         return Report(cap.get(), metrics, headline=headline, files=files)
 

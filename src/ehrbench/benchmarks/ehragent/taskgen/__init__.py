@@ -1,10 +1,12 @@
 """Generate the project's EHRAgent question sets from the default world, in EHRSQL's and MIMICSQL's own formats.
 
-    python -m ehrbench.benchmarks.ehragent.taskgen [--out data/tasks/ehragent] [--seed 0]
+    python -m ehrbench.benchmarks.ehragent.taskgen [--out data/tasks/ehragent] [--seed 0] [--train 100]
 
 Drafts come from the template families (`ehrsql.py`, `mimicsql.py`); each gold SQL is run after EHRSQL's
 post-processing, and a question is kept when it answers (not empty, not all NULL), is not a duplicate, and its
 answer is short enough to read back (at most 20 values). Sizes are the paper's: MIMIC-III 580, eICU 580, TREQS 996.
+A train split (`train/`, 100 questions per database by default, drafted with another seed, none of them in the
+evaluation sets) is what a sequential run builds a memory from, to freeze for parallel runs (`memory_file`).
 """
 from __future__ import annotations
 
@@ -26,12 +28,12 @@ MAX_VALUES = 20
 MAX_DRAFTS = 40                  # drafts tried per question kept, before giving up
 
 
-def generate(db: Database, db_id: str, n: int, seed: int = 0) -> list[Task]:
+def generate(db: Database, db_id: str, n: int, seed: int = 0, exclude: frozenset[str] = frozenset()) -> list[Task]:
     def rows(sql: str) -> list[tuple]:
         return db.execute(sql, timeout_s=120, keep=100_000).rows
 
     source = mimicsql.drafts(rows, seed) if db_id == "treqs" else ehrsql.drafts(SCHEMAS[db_id], rows, seed)
-    tasks, seen = [], set()
+    tasks, seen = [], set(exclude)
     for tried, (family, question, sql) in enumerate(source):
         if len(tasks) == n:
             break
@@ -52,7 +54,7 @@ def generate(db: Database, db_id: str, n: int, seed: int = 0) -> list[Task]:
     return tasks
 
 
-def save(tasks: list[Task], db_id: str, path: Path) -> None:
+def save(tasks: list[Task], db_id: str, path: Path, split: str = "test") -> None:
     """EHRSQL's JSON array (with the answer and level added) or MIMICSQL's JSON lines."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if db_id == "treqs":
@@ -61,7 +63,7 @@ def save(tasks: list[Task], db_id: str, path: Path) -> None:
         path.write_text("\n".join(lines) + "\n")
         return
     items = [json.dumps({"db_id": EHRSQL_DB[db_id], "id": t.qid, "question": t.question, "template": t.question,
-                         "query": t.gold_sql, "q_tag": t.family, "is_impossible": False, "split": "test",
+                         "query": t.gold_sql, "q_tag": t.family, "is_impossible": False, "split": split,
                          "answer": t.answer, "level": t.level}, ensure_ascii=False) for t in tasks]
     path.write_text("[\n" + ",\n".join(items) + "\n]\n")
 
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="data/tasks/ehragent")
     ap.add_argument("--db-root", default="data/generated")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--train", type=int, default=100, help="questions per database in the train split")
     args = ap.parse_args(argv)
     for db_id, n in SIZES.items():
         db = Database(build_database(db_id, WorldSpec(seed=args.seed), Path(args.db_root)), db_id)
@@ -81,3 +84,6 @@ def main(argv: list[str] | None = None) -> None:
         save(tasks, db_id, path)
         levels = {lv: sum(t.level == lv for t in tasks) for lv in sorted({t.level for t in tasks})}
         print(f"{path}: {len(tasks)} questions, by level {levels}")
+        train = generate(db, db_id, args.train, args.seed + 1, frozenset(t.question for t in tasks))
+        save(train, db_id, Path(args.out) / "train" / FILES[db_id], split="train")
+        print(f"{Path(args.out) / 'train' / FILES[db_id]}: {len(train)} questions (train split)")
