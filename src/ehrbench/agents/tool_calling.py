@@ -11,6 +11,15 @@ from ..llm.usage import MeteredModel
 from ..trial import Message, ToolCall
 
 
+def tool_call_message(response, fallback_id: str) -> Message:
+    """A model response's first tool call as the agent's message; a call it could not form carries its error."""
+    call = response.tool_calls[0]
+    return Message("assistant", response.text, tool_call=ToolCall(
+        call.name, call.arguments, call.id or fallback_id,
+        f"malformed tool call: {response.malformed}" if response.malformed else call.error),
+        finish_reason=response.finish_reason, provider_parts=response.provider_parts)
+
+
 class ToolCallingAgent:
     def __init__(self, model: MeteredModel, system_prompt: str, tools: list[dict], temperature: float = 0.0,
                  seed: int | None = None, max_tokens: int | None = None):
@@ -24,12 +33,6 @@ class ToolCallingAgent:
                                                    max_tokens=self.max_tokens))
         if response.tool_calls:
             self._calls += 1
-            call = response.tool_calls[0]
-            call.id = call.id or f"call_{self._calls}"
-            if response.malformed:
-                call.error = f"malformed tool call: {response.malformed}"
-            return Message("assistant", response.text, tool_call=ToolCall(call.name, call.arguments, call.id,
-                                                                          call.error),
-                           finish_reason=response.finish_reason, provider_parts=response.provider_parts)
+            return tool_call_message(response, f"call_{self._calls}")
         return Message("assistant", response.text or "", finish_reason=response.finish_reason,
                        provider_parts=response.provider_parts)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import Levenshtein
 
+from ...agents.tool_calling import tool_call_message
 from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
 from ...trial import Message, ToolCall
@@ -90,11 +91,7 @@ class EhrAgent:
             replies = sum(1 for m in history if m.role == "tool") + sum(len(v) // 2 for v in self._auto_replies.values())
             last_chance = replies >= MAX_EXECUTIONS
             if response.tool_calls and not last_chance:
-                call = response.tool_calls[0]
-                return Message("assistant", response.text, tool_call=ToolCall(
-                    call.name, call.arguments, call.id or f"call_{replies + 1}",
-                    f"malformed tool call: {response.malformed}" if response.malformed else None),
-                    finish_reason=response.finish_reason, provider_parts=response.provider_parts)
+                return tool_call_message(response, f"call_{replies + 1}")
             text = response.text or ""
             if text.rstrip().endswith("TERMINATE") or last_chance or response.tool_calls:
                 return Message("assistant", text, finish_reason=response.finish_reason,

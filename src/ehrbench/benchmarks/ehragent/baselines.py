@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+from ...agents.tool_calling import tool_call_message
 from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
 from ...trial import Message, ToolCall
@@ -120,11 +121,7 @@ class BaselineAgent:
             history, system=await self.system(), tools=None if last_chance else
             (REACT_TOOLS if self.kind == "react" else SQL_TOOL), temperature=0.0, seed=self.seed))
         if response.tool_calls and not last_chance:
-            call = response.tool_calls[0]
-            return Message("assistant", response.text, tool_call=ToolCall(
-                call.name, call.arguments, call.id or f"call_{executions + 1}",
-                f"malformed tool call: {response.malformed}" if response.malformed else None),
-                finish_reason=response.finish_reason, provider_parts=response.provider_parts)
+            return tool_call_message(response, f"call_{executions + 1}")
         return Message("assistant", response.text or "", finish_reason=response.finish_reason,
                        provider_parts=response.provider_parts)
 
