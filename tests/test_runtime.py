@@ -186,6 +186,7 @@ def test_the_memory_actor_keeps_one_item_per_key_in_first_stored_order(ray_clust
     from ehrbench.runtime.actors import MemoryActor
 
     memory = MemoryActor.remote()
+    ray.get(memory.fill.remote([]))
     ray.get(memory.put.remote([{"stream": "s", "key": "q2", "item": {"v": 1}}, {"stream": "s", "key": "q1", "item": {"v": 2}},
                                {"stream": "t", "key": "q1", "item": {"v": 3}}]))
     ray.get(memory.put.remote([{"stream": "s", "key": "q2", "item": {"v": 4}}]))      # a retried trial stores again
@@ -194,11 +195,12 @@ def test_the_memory_actor_keeps_one_item_per_key_in_first_stored_order(ray_clust
     ray.kill(memory)
 
 
-def test_a_resumed_run_refills_its_memory_from_scored_records_only(ray_cluster):
-    """`remember` (the driver, at resume and after each record): only final, scored records add to the memory."""
+def test_the_memory_is_filled_from_scored_records_and_refilled_after_a_restart(ray_cluster):
+    """`fill_memory` / `remember` (the driver): only final, scored records teach; a memory actor that died restarts
+    refusing reads until the driver, told by its next put, has filled it again from every record on disk."""
     import ray
 
-    from ehrbench.__main__ import remember
+    from ehrbench.__main__ import fill_memory, remember
     from ehrbench.runtime.actors import MemoryActor
     from ehrbench.trial import Termination, TrialRecord
 
@@ -207,7 +209,22 @@ def test_a_resumed_run_refills_its_memory_from_scored_records_only(ray_cluster):
                TrialRecord("broken", 0, Termination.INFRA_TOOL.value, None, memory=item("broken")),
                TrialRecord("rerun", 0, Termination.ANSWERED.value, 1.0, memory=item("rerun"), final=False)]
     memory = MemoryActor.remote()
-    remember(memory, records)
-    remember(None, records)                                           # a benchmark without memory: nothing to do
+    with pytest.raises(ray.exceptions.RayTaskError, match="being filled again"):
+        ray.get(memory.items.remote("s"))                               # never read before it is filled
+    fill_memory(memory, records)                                        # a resumed run's start
+    fill_memory(None, records)                                          # a benchmark without memory: nothing to do
     assert ray.get(memory.items.remote("s")) == [{"q": "ok"}]
+    later = TrialRecord("later", 0, Termination.ANSWERED.value, 1.0, memory=item("later"))
+    records.append(later)
+    ray.kill(memory, no_restart=False)                                  # it dies; Ray restarts it, empty
+    for _ in range(100):
+        try:
+            ray.get(memory.items.remote("s"))
+        except ray.exceptions.RayActorError:
+            time.sleep(0.1)                                             # still restarting
+            continue
+        except ray.exceptions.RayTaskError:
+            break                                                       # back, and refusing reads
+    remember(memory, [later], records)                                  # its put says "restarted": filled again
+    assert ray.get(memory.items.remote("s")) == [{"q": "ok"}, {"q": "later"}]
     ray.kill(memory)

@@ -207,16 +207,29 @@ def describe_inputs(tracker, bench: Benchmark, tasks: list, digest: str, out_dir
     tracker.register_prompts(bench.prompts())
 
 
-def remember(memory, records: list[TrialRecord]) -> None:
-    """Store what scored trials add to the run's shared memory (waits, so the next trial of a chain sees it)."""
+def memory_items(records: list[TrialRecord]) -> list[dict]:
+    """What scored trials add to the run's shared memory (validator-rejected and broken attempts add nothing)."""
+    return [item for r in records if r.valid and r.final for item in r.memory]
+
+
+def fill_memory(memory, records: list[TrialRecord]) -> None:
+    """The run's shared memory as `records` (all on disk) left it: at start (a resumed run), after a restart."""
     import ray
 
-    items = [item for r in records if r.valid and r.final for item in r.memory]
-    if memory is not None and items:
-        ray.get(memory.put.remote(items))
+    if memory is not None:
+        ray.get(memory.fill.remote(memory_items(records)))
 
 
-# --- step 5: run and report ---------------------------------------------------------------------------------------
+def remember(memory, new: list[TrialRecord], everything: list[TrialRecord]) -> None:
+    """Store what `new` records add to the run's shared memory, waiting, so the next trial of a chain sees it; an
+    actor that restarted since (it says so) is filled again with what `everything` on disk has taught."""
+    import ray
+
+    if memory is not None and (items := memory_items(new)) and not ray.get(memory.put.remote(items)):
+        fill_memory(memory, everything)
+
+
+# --- step 5: run and report# --- step 5: run and report ---------------------------------------------------------------------------------------
 def usage_metrics(records: list[TrialRecord]) -> dict[str, float]:
     """Tokens and dollars per role over every attempt (rejected ones too: they were paid for)."""
     totals: dict[str, float] = defaultdict(float)
@@ -277,12 +290,12 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if tracker.resumed and tracker.traces_during_trials and (missing := tracker.log_missing_traces(records)):
         log.info("resuming: %d checkpointed trials had no trace yet; writing them", missing)
     reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
-    remember(runtime.memory, records)             # a resumed run's shared memory, as its finished trials left it
+    fill_memory(runtime.memory, records)          # a resumed run's shared memory, as its finished trials left it
 
     def on_record(record: TrialRecord) -> None:
         checkpoint.append(record)  # on disk first: a crash after this line loses nothing
         records.append(record)
-        remember(runtime.memory, [record])         # before the next trial of its chain is submitted
+        remember(runtime.memory, [record], records)    # before the next trial of its chain is submitted
         tracker.log_trial(record)
 
     def interrupted(signum, frame):

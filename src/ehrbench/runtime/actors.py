@@ -145,22 +145,35 @@ class UserSimulatorActor:
         return len(self.conversations)
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
 class MemoryActor:
     """A run's shared memory: streams of items, each kept under a key so that storing a trial's items again (a
-    retried or resumed trial) replaces them instead of adding a copy. Only the driver stores, and only records that
-    are already on disk, so a lost actor is rebuilt from the checkpoint (the driver restarts the run)."""
+    retried or resumed trial) replaces them instead of adding a copy.
+
+    Only the driver stores, and only records already on disk. An actor that died restarts empty and *not filled*:
+    it refuses reads (the trial that asked is re-run, an infrastructure error) until the driver, told so by its
+    next `put`, has stored every checkpointed item again (`fill`), so no trial ever sees a partial memory."""
 
     def __init__(self):
         self.streams: dict[str, dict[str, dict]] = {}
+        self.filled = False
 
-    def put(self, items: list[dict]) -> int:
+    def fill(self, items: list[dict]) -> None:
+        """Everything the run has learned so far (at start, and after a restart)."""
+        self.streams = {}
+        self.put(items)
+        self.filled = True
+
+    def put(self, items: list[dict]) -> bool:
+        """Store items; False when the actor has restarted since it was filled (the driver then fills it)."""
         for entry in items:
             self.streams.setdefault(entry["stream"], {})[entry["key"]] = entry["item"]
-        return len(items)
+        return self.filled
 
     def items(self, stream: str) -> list[dict]:
         """The stream's items in the order they were first stored."""
+        if not self.filled:
+            raise RuntimeError("the run's memory restarted and is being filled again; this attempt is re-run")
         return list(self.streams.get(stream, {}).values())
 
 
