@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -194,6 +194,34 @@ def test_treqs_types_make_mimicsql_s_quoted_comparisons_numeric(built):
     names = con.execute("SELECT SUBJECT_ID, COUNT(DISTINCT NAME) FROM DEMOGRAPHIC GROUP BY SUBJECT_ID").fetchall()
     assert all(n == 1 for _, n in names)                       # one synthetic name per patient
     assert con.execute("SELECT COUNT(*) FROM LAB WHERE VALUE_UNIT IS NULL OR LABEL IS NULL").fetchone() == (0,)
+
+
+def test_treqs_keeps_mimic_iii_s_own_clock(built):
+    """Each patient moved by whole 52-week blocks of their own (weekday, season and intervals kept), first admissions
+    spread over 2100-2200, where EHRSQL MIMIC-III puts everybody in 2100-2105; over 89, born 300 years before."""
+    treqs, iii = built["treqs"], built["ehrsql_mimic_iii"]
+    world = generate_world(SPEC.seed, SPEC.size)
+    subjects = [i for (i,) in iii.execute("SELECT SUBJECT_ID FROM PATIENTS ORDER BY ROW_ID")]
+    shifts, checked = set(), 0
+    for patient, subject in zip(world.mimic_patients(), subjects):
+        stays = [a for a in patient.admissions if not a.current]
+        rendered = treqs.execute("SELECT ADMITTIME, DISCHTIME FROM DEMOGRAPHIC WHERE SUBJECT_ID = ? ORDER BY ADMITTIME",
+                                 (subject,)).fetchall()
+        assert len(rendered) == len(stays)
+        deltas = set()
+        for a, (admit, disch) in zip(stays, rendered):
+            deltas.add(datetime.fromisoformat(admit) - a.admit)
+            assert datetime.fromisoformat(disch) - datetime.fromisoformat(admit) == a.discharge - a.admit
+            checked += 1
+        assert len(deltas) <= 1                                  # one shift per patient
+        for delta in deltas:
+            assert delta % timedelta(weeks=52) == timedelta(0)   # whole 52-week blocks: the weekday is the world's
+            shifts.add(delta)
+    assert checked > 0 and len(shifts) > 5
+    years = [int(t[:4]) for (t,) in treqs.execute("SELECT MIN(ADMITTIME) FROM DEMOGRAPHIC GROUP BY SUBJECT_ID")]
+    assert min(years) >= 2100 and max(years) <= 2202 and max(years) - min(years) > 30
+    first_ages = [age for (age,) in treqs.execute("SELECT MIN(AGE) FROM DEMOGRAPHIC GROUP BY SUBJECT_ID")]
+    assert all(age <= 89 or age >= 300 for age in first_ages)   # over 89 at the first admission: 300 and more
 
 
 @pytest.mark.parametrize("db", list(EXPECTED))

@@ -98,3 +98,100 @@ def test_built_as_ray_tasks_the_database_is_byte_identical_to_the_single_process
         assert on_ray.read_bytes() == local.read_bytes(), db
         assert worker_peak_mb > 0
     assert not [p for p in tmp_path.iterdir() if "parts" in p.name or ".tmp" in p.name]   # no leftovers
+
+
+# --- the long tail (world/data/tail.yaml) ------------------------------------------------------------------------
+def test_tail_codes_exist_in_the_vocabularies_and_never_shadow_a_curated_item():
+    from ehrbench.world.vocab import icd9_titles, icd_diagnoses, vocabulary
+
+    v = vocabulary()
+    t = v.tail
+    assert len(t.diagnoses) >= 200 and len(t.procedures) >= 50 and len(t.drugs) >= 200 and len(t.labs) >= 100
+    for c in t.diagnoses.values():
+        assert c.icd9 in icd9_titles() and c.icd10 in icd_diagnoses(10), c.key
+    curated_dx = {c.icd9 for c in v.conditions.values()}
+    assert not curated_dx & {c.icd9 for c in t.diagnoses.values()}
+    assert not {p.icd9[0] for p in v.procedures.values()} & {p.icd9[0] for p in t.procedures.values()}
+    labels = [spec["mimic"] for spec in t.labs.values()]
+    assert len(set(labels)) == len(labels), "two tail lab items share a label"
+    assert not set(labels) & {spec[k] for spec in v.labs.values() for k in ("mimic", "eicu")}
+    assert not {spec["mimic_id"] for spec in v.labs.values()} & {spec["mimic_id"] for spec in t.labs.values()}
+
+
+def _without_tail(patients, v):
+    """The patients with every tail event taken out: what the curated world alone would hold."""
+    import copy
+
+    out = copy.deepcopy(patients)
+    for p in out:
+        for a in p.admissions:
+            a.diagnoses = [d for d in a.diagnoses if d.key in v.conditions]
+            a.procedures = [e for e in a.procedures if e.key in v.procedures]
+            a.labs = [e for e in a.labs if e.lab in v.labs]
+            a.medications = [m for m in a.medications if m.drug in v.drugs]
+    return out
+
+
+def test_the_tail_draws_from_its_own_stream_and_leaves_the_curated_world_as_it_was(monkeypatch):
+    import dataclasses
+
+    from ehrbench.world.generator import generate_patients
+    from ehrbench.world.vocab import vocabulary
+
+    v = vocabulary()
+    size = WorldSize(mimic_patients=30, eicu_patients=30, eicu_hospitals=2)
+    with_tail = generate_patients(7, size)
+    monkeypatch.setattr(v, "tail", dataclasses.replace(v.tail, per_admission={k: 0.0 for k in v.tail.per_admission}))
+    curated_only = generate_patients(7, size)
+    assert _without_tail(with_tail, v) == curated_only
+    assert with_tail != curated_only
+
+
+def test_the_tail_has_the_hospital_frequencies_it_was_given():
+    from collections import Counter
+
+    from ehrbench.world.generator import generate_patients
+    from ehrbench.world.vocab import vocabulary
+
+    t = vocabulary().tail
+    patients = generate_patients(11, WorldSize(mimic_patients=400, eicu_patients=0))
+    admissions = [a for p in patients for a in p.admissions]
+    dx = Counter(d.key for a in admissions for d in a.diagnoses if d.key in t.diagnoses)
+    per_admission = sum(dx.values()) / len(admissions)
+    assert abs(per_admission - t.per_admission["diagnoses"]) < 0.1 * t.per_admission["diagnoses"]
+    commonest = sorted(t.diagnoses, key=lambda k: -t.share[k])[:5]
+    rare = sorted(t.diagnoses, key=lambda k: t.share[k])[:50]
+    assert sum(dx[k] for k in commonest) > 5 * sum(dx[k] for k in rare) / 10      # 5 common vs 50 rare codes
+    labs = {e.lab for a in admissions for e in a.labs if e.lab in t.labs}
+    assert len(labs) > 0.8 * len(t.labs)                # breadth: most items appear somewhere in 400 patients
+
+
+def test_a_tail_event_reads_the_same_in_every_rendering(tmp_path):
+    """One patient's tail diagnosis, drug and lab, as MIMIC-IV*, EHRSQL MIMIC-III and TREQS store them."""
+    from ehrbench.schemas import WorldSpec, build_database
+    from ehrbench.world.generator import generate_patients
+    from ehrbench.world.vocab import vocabulary
+
+    v = vocabulary()
+    spec = WorldSpec(seed=5, size=WorldSize(mimic_patients=6, eicu_patients=0, eicu_hospitals=1), dictionary="used")
+    patients = generate_patients(5, spec.size)
+    a = next(a for p in patients for a in p.admissions if not a.current and a.icd_version == 9
+             and any(d.key in v.tail.diagnoses for d in a.diagnoses))
+    code = next(v.tail.diagnoses[d.key].icd9 for d in a.diagnoses if d.key in v.tail.diagnoses)
+    drug = next(v.tail.drugs[m.drug] for m in a.medications if m.drug in v.tail.drugs)
+    lab = next(v.tail.labs[e.lab] for e in a.labs if e.lab in v.tail.labs)
+    star = sqlite3.connect(build_database("mimic_iv_star", spec, tmp_path))
+    m3 = sqlite3.connect(build_database("ehrsql_mimic_iii", spec, tmp_path))
+    treqs = sqlite3.connect(build_database("treqs", spec, tmp_path))
+    assert star.execute("SELECT COUNT(*) FROM admissiondiagnoses WHERE icdcode = ? AND codeversion = 9",
+                        (code.lower(),)).fetchone()[0] > 0
+    assert m3.execute("SELECT COUNT(*) FROM diagnoses_icd WHERE icd9_code = ?", (code.lower(),)).fetchone()[0] > 0
+    assert treqs.execute("SELECT COUNT(*) FROM DIAGNOSES WHERE ICD9_CODE = ?", (code,)).fetchone()[0] > 0
+    assert star.execute("SELECT COUNT(*) FROM medicationorders WHERE medicationname = ?", (drug.name,)).fetchone()[0]
+    assert m3.execute("SELECT COUNT(*) FROM prescriptions WHERE drug = ?", (drug.mimic.lower(),)).fetchone()[0]
+    assert treqs.execute("SELECT COUNT(*) FROM PRESCRIPTIONS WHERE DRUG = ? AND DRUG_TYPE = ?",
+                         (drug.mimic, drug.drug_type)).fetchone()[0]
+    assert m3.execute("SELECT COUNT(*) FROM labevents JOIN d_labitems USING (itemid) WHERE label = ?",
+                      (lab["mimic"],)).fetchone()[0]
+    assert treqs.execute("SELECT COUNT(*) FROM LAB WHERE LABEL = ? AND FLUID = ? AND CATEGORY = ?",
+                         (lab["label"], lab["fluid"], lab["category"])).fetchone()[0]

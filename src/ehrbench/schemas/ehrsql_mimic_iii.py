@@ -94,7 +94,7 @@ def patient_range(size: WorldSize) -> tuple[int, int]:
 def procedure_codes() -> dict[str, str]:
     """ICD-9 procedure code -> title, for every procedure of the world and the distractor codes."""
     v = vocabulary()
-    codes = {p.icd9[0]: p.icd9[1] for p in v.procedures.values()}
+    codes = {p.icd9[0]: p.icd9[1] for p in v.all_procedures.values()}
     codes.update({code: title for code, version, title in v.extra_procedure_codes if version == 9})
     return codes
 
@@ -115,7 +115,7 @@ def render_shared(seed: int, size: WorldSize, dictionary: str, used: set, rows: 
     for code, title in sorted(procedure_codes().items()):
         rows.add("D_ICD_PROCEDURES", ICD9_CODE=code.lower(), SHORT_TITLE=short_title(title).lower(),
                  LONG_TITLE=title.lower())
-    for lab in sorted(v.labs.values(), key=lambda x: x["mimic_id"]):
+    for lab in sorted(v.all_labs.values(), key=lambda x: x["mimic_id"]):
         rows.add("D_LABITEMS", ITEMID=lab["mimic_id"], LABEL=lab["mimic"])
     for group, linksto in (("chart_items", "chartevents"), ("input_items", "inputevents_cv"),
                            ("output_items", "outputevents")):
@@ -147,7 +147,18 @@ def lower(value: str | None) -> str | None:
 
 def drug_name(generic: str) -> str:
     """PRESCRIPTIONS.DRUG as MIMIC-III spells the generic (its own case; EHRSQL lowercases it)."""
-    return mimic_iii()["drugs"].get(generic) or generic[:1].upper() + generic[1:]
+    tail = vocabulary().tail.drugs.get(generic)
+    return tail.mimic if tail else mimic_iii()["drugs"].get(generic) or generic[:1].upper() + generic[1:]
+
+
+def route(drug) -> str:
+    """PRESCRIPTIONS.ROUTE as MIMIC-III writes it (PO, IV, IV DRIP, PO/NG, ...)."""
+    return mimic_iii()["routes"].get(drug.route, drug.route.upper())
+
+
+def lab_unit(spec: dict) -> str | None:
+    """LABEVENTS.VALUEUOM as MIMIC-III writes it: a tail item carries its own."""
+    return spec["mimic_unit"] if "mimic_unit" in spec else mimic_iii()["lab_units"][spec["unit"]]
 
 
 def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) -> set:
@@ -179,25 +190,25 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                 MARITAL_STATUS=lower(m3["marital"].get(a.marital)), ETHNICITY=ethnicity.lower(),
                 AGE=a.age)
             base = {"SUBJECT_ID": subject, "HADM_ID": hadm}
-            for code in dict.fromkeys(v.conditions[d.key].icd9 for d in a.diagnoses):
+            for code in dict.fromkeys(v.all_conditions[d.key].icd9 for d in a.diagnoses):
                 used.add(code)
                 r = add("DIAGNOSES_ICD", **base, ICD9_CODE=code.lower(), CHARTTIME=t(a.admit))
                 charge("diagnoses_icd", subject, hadm, r, code.lower(), t(a.admit))
             if not a.current:                      # charted at discharge: an open admission has none yet
-                for code in dict.fromkeys(v.procedures[e.key].icd9[0].lower() for e in a.procedures):
+                for code in dict.fromkeys(v.all_procedures[e.key].icd9[0].lower() for e in a.procedures):
                     r = add("PROCEDURES_ICD", **base, ICD9_CODE=code, CHARTTIME=t(a.discharge))
                     charge("procedures_icd", subject, hadm, r, code, t(a.discharge))
             for e in a.labs:
-                spec = v.labs[e.lab]
+                spec = v.all_labs[e.lab]
                 r = add("LABEVENTS", **base, ITEMID=spec["mimic_id"], CHARTTIME=t(e.time), VALUENUM=e.value,
-                        VALUEUOM=lower(m3["lab_units"][spec["unit"]]))
+                        VALUEUOM=lower(lab_unit(spec)))
                 charge("labevents", subject, hadm, r, spec["mimic_id"], t(e.time))
             for m in a.medications:
-                drug = v.drugs[m.drug]
+                drug = v.all_drugs[m.drug]
                 name = drug_name(m.drug).lower()
                 r = add("PRESCRIPTIONS", **base, STARTDATE=t(day(m.start)), ENDDATE=t(day(m.end)), DRUG=name,
                         DOSE_VAL_RX=f"{m.dose:g}", DOSE_UNIT_RX=m3["drug_units"].get(drug.unit, drug.unit).lower(),
-                        ROUTE=m3["routes"][drug.route].lower())
+                        ROUTE=route(drug).lower())
                 charge("prescriptions", subject, hadm, r, name, t(day(m.start)))
             for mi in a.micro:
                 add("MICROBIOLOGYEVENTS", **base, CHARTTIME=t(mi.time), SPEC_TYPE_DESC=v.micro[mi.kind]["mimic_specimen"],

@@ -77,7 +77,7 @@ def shows_brand(drug: Drug) -> bool:
 def drug_string(drug: Drug, dose: float) -> str:
     strength = f"{dose:g} {drug.unit}"
     brand = f" ({drug.brands[0]})" if shows_brand(drug) else ""
-    return f"{drug.name}{brand} {strength} {FORM_TEXT[drug.form]}"
+    return f"{drug.name}{brand} {strength} {FORM_TEXT.get(drug.form, drug.form)}"
 
 
 def condition_string(condition, seed: int, hosp_id: int) -> str:
@@ -166,26 +166,26 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                 "cost", hosp_id=hosp, unit_id=first_uid, event_type=kind, event_id=eid, cost_time=fmt_time(t),
                 cost_amount=seeded_amount(seed, "eicu/" + kind, eid, mean))
             for d in a.diagnoses:
-                c = v.conditions[d.key]
+                c = v.all_conditions[d.key]
                 cid = add("condition", unit_id=first_uid, condition_name=condition_string(c, seed, hosp),
                           condition_time=fmt_time(d.time),
                           icd9_code=f"{_dotted(c.icd9.lower())}, {_dotted(c.icd10.lower())}")
                 cost("condition", cid, d.time, 25.0)
             for e in a.procedures:
-                proc = v.procedures[e.key]
+                proc = v.all_procedures[e.key]
                 tid = add("treatment", unit_id=first_uid, treatment_name=proc.eicu, treatment_time=fmt_time(e.time))
                 cost("treatment", tid, e.time, proc.cost)
             for when, name in drug_treatments(a.medications):
                 tid = add("treatment", unit_id=first_uid, treatment_name=name, treatment_time=fmt_time(when))
                 cost("treatment", tid, when, 60.0)
             for e in a.labs:
-                lid = add("lab", unit_id=first_uid, lab_name=v.labs[e.lab]["eicu"], lab_result=e.value,
+                lid = add("lab", unit_id=first_uid, lab_name=v.all_labs[e.lab]["eicu"], lab_result=e.value,
                           lab_result_time=fmt_time(e.time))
                 cost("lab", lid, e.time, 12.0)
             for m in a.medications:
-                drug = v.drugs[m.drug]
+                drug = v.all_drugs[m.drug]
                 mid = add("prescription", unit_id=first_uid, drug_name=drug_string(drug, m.dose),
-                          dosage=f"{m.dose:g} {drug.unit}", administration_route=ROUTE_TEXT[drug.route],
+                          dosage=f"{m.dose:g} {drug.unit}", administration_route=ROUTE_TEXT.get(drug.route, drug.route),
                           medication_start_time=fmt_time(m.start), medication_stop_time=fmt_time(m.end))
                 cost("prescription", mid, m.start, 8.0)
             for mi in a.micro:

@@ -101,14 +101,14 @@ def render_shared(seed: int, size: WorldSize, dictionary: str, used: set, rows: 
         for code in codes:
             add("diagnosiscodes", icdcode=code.lower(), codeversion=version, description=table[code])
     proc_codes = {}
-    for proc in v.procedures.values():
-        proc_codes[(proc.icd9[0].lower(), 9)] = proc.icd9[1]
-        proc_codes[(proc.icd10[0].lower(), 10)] = proc.icd10[1]
+    for proc in v.all_procedures.values():          # a tail code sharing a curated code's target keeps its title
+        proc_codes.setdefault((proc.icd9[0].lower(), 9), proc.icd9[1])
+        proc_codes.setdefault((proc.icd10[0].lower(), 10), proc.icd10[1])
     for code, version, title in v.extra_procedure_codes:
         proc_codes[(code.lower(), version)] = title
     for (code, version), title in sorted(proc_codes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         add("procedurecodes", icdcode=code, codeversion=version, description=title)
-    for lab in sorted(v.labs.values(), key=lambda x: x["mimic_id"]):
+    for lab in sorted(v.all_labs.values(), key=lambda x: x["mimic_id"]):
         add("labtesttypes", itemcode=lab["mimic_id"], itemname=lab["mimic"])
     for group, itemtype in ((v.vitals, "clinicalevents"), (v.inputs, "intakerecords"), (v.outputs, "outputrecords")):
         for item in sorted(group.values(), key=lambda x: x["mimic_id"]):
@@ -120,7 +120,7 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
     """A chunk of patients' rows; returns the (ICD code, version) pairs of their diagnoses, for the dictionary."""
     v = vocabulary()
     add = rows.add
-    used = {(v.conditions[d.key].icd9 if a.icd_version == 9 else v.conditions[d.key].icd10, a.icd_version)
+    used = {(v.all_conditions[d.key].icd9 if a.icd_version == 9 else v.all_conditions[d.key].icd10, a.icd_version)
             for p in patients for a in p.admissions for d in a.diagnoses}
     # patients ----------------------------------------------------------------------------------------------------
     for p in patients:
@@ -134,27 +134,27 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                 maritalstatus=a.marital, age=a.age)
             base = {"patientid": pid, "admissionid": hadm}
             for d in a.diagnoses:
-                cond = v.conditions[d.key]
+                cond = v.all_conditions[d.key]
                 code = (cond.icd9 if a.icd_version == 9 else cond.icd10).lower()
                 r = add("admissiondiagnoses", **base, icdcode=code, codeversion=a.icd_version,
                         recordeddatetime=fmt_time(d.time))
                 add("costrecords", **base, eventtype="admissiondiagnoses", costid=r, costdatetime=fmt_time(d.time),
                     costamount=seeded_amount(seed, "dx", r, 25.0))
             for e in a.procedures:
-                proc = v.procedures[e.key]
+                proc = v.all_procedures[e.key]
                 code = (proc.icd9 if a.icd_version == 9 else proc.icd10)[0].lower()
                 r = add("admissionprocedures", **base, icdcode=code, codeversion=a.icd_version,
                         recordeddatetime=fmt_time(e.time))
                 add("costrecords", **base, eventtype="admissionprocedures", costid=r, costdatetime=fmt_time(e.time),
                     costamount=seeded_amount(seed, "px", r, proc.cost))
             for e in a.labs:
-                spec = v.labs[e.lab]
+                spec = v.all_labs[e.lab]
                 r = add("labresults", **base, itemcode=spec["mimic_id"], resultdatetime=fmt_time(e.time),
                         resultvalue=e.value, resultunit=spec["unit"] or None)
                 add("costrecords", **base, eventtype="labresults", costid=r, costdatetime=fmt_time(e.time),
                     costamount=seeded_amount(seed, "lab", r, 12.0))
             for m in a.medications:
-                drug = v.drugs[m.drug]
+                drug = v.all_drugs[m.drug]
                 r = add("medicationorders", **base, startdatetime=fmt_time(m.start), enddatetime=fmt_time(m.end),
                         medicationname=drug.name, dosevalue=_dose_text(m.dose), doseunit=drug.unit,
                         administrationroute=drug.route)

@@ -54,7 +54,7 @@ class _PatientBuilder:
     def __init__(self, vocab: Vocabulary, seed: int, index: int, hospital: int, mimic: bool):
         self.v = vocab
         self.rng = random.Random(f"{seed}/patient/{index}")
-        self.index, self.hospital, self.mimic = index, hospital, mimic
+        self.seed, self.index, self.hospital, self.mimic = seed, index, hospital, mimic
 
     def build(self) -> Patient:
         rng, v = self.rng, self.v
@@ -131,6 +131,7 @@ class _PatientBuilder:
         if not self.mimic and rng.random() < 0.2:
             allergy = h["allergies"]
             adm.allergies.append((rng.choice(allergy["drugs"]), rng.choice(allergy["reactions"])))
+        self._tail(adm)
         return adm
 
     def _during(self, adm: Admission, start_frac: float = 0.0, end_frac: float = 1.0) -> datetime:
@@ -201,6 +202,33 @@ class _PatientBuilder:
             organisms = self.v.micro[kind]["organisms"]
             organism = rng.choice(organisms) if rng.random() < 0.65 else None
             adm.micro.append(MicroEvent(kind, self._during(adm, 0.0, 0.5), organism))
+
+    def _tail(self, adm: Admission) -> None:
+        """The long tail (tail.yaml): secondary diagnoses, procedures, drugs and labs drawn independently of the
+        conditions, each with its hospital share scaled to the mean count per admission. Its own random stream, so
+        the curated world above is the same with or without it."""
+        t, rng = self.v.tail, random.Random(f"{self.seed}/tail/{self.index}/{adm.admit:%Y%m%d%H%M}")
+        pick = lambda items, kind: [k for k in items if rng.random() < t.share[k] * scale[kind]]  # noqa: E731
+        scale = {kind: n / sum(t.share[k] for k in getattr(t, kind)) for kind, n in t.per_admission.items()}
+        during = lambda lo, hi: _minute(adm.admit + timedelta(  # noqa: E731
+            seconds=rng.uniform(lo, hi) * (adm.end - adm.admit).total_seconds()))
+        adm.diagnoses += [CodedEvent(key, adm.admit) for key in pick(t.diagnoses, "diagnoses")]
+        adm.procedures += [CodedEvent(key, during(0.05, 0.8)) for key in pick(t.procedures, "procedures")]
+        for name in pick(t.drugs, "drugs"):
+            drug = t.drugs[name]
+            for _ in range(rng.choice([1, 1, 2])):
+                start = during(0.0, 0.8).replace(minute=0)
+                end = start + timedelta(hours=rng.choice([12, 24, 48, 72]))
+                adm.medications.append(MedicationOrder(name, start, end if adm.current else min(adm.discharge, end),
+                                                       rng.choice(drug.doses)))
+        for key in pick(t.labs, "labs"):
+            spec = t.labs[key]
+            for _ in range(rng.choice([1, 1, 2, 3])):
+                value = max(spec["low"], rng.gauss(spec["mean"], spec["sd"]))
+                adm.labs.append(LabEvent(key, during(0.02, 0.98), round(value, spec["decimals"])))
+        adm.procedures.sort(key=lambda e: (e.time, e.key))
+        adm.medications.sort(key=lambda m: (m.start, m.drug))
+        adm.labs.sort(key=lambda e: (e.time, e.lab))
 
     def _icu_stay(self, adm: Admission, coded: set[str]) -> IcuStay:
         rng, v = self.rng, self.v

@@ -48,6 +48,21 @@ class Drug:
     unit: str
     route: str
     form: str
+    mimic: str | None = None        # a tail drug's own MIMIC-III spelling (PRESCRIPTIONS.DRUG)
+    drug_type: str = "MAIN"         # MIMIC-III's DRUG_TYPE: MAIN, BASE (a diluent) or ADDITIVE
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The long tail (data/tail.yaml): items a hospital records besides the curated ones, each with the share of
+    admissions that have it, and the mean number of each kind an admission gets. Keys never collide with the
+    curated vocabulary's: diagnoses "dx/<icd9>", procedures "px/<icd9>", labs "lab/<itemid>", drugs by name."""
+    per_admission: dict[str, float]
+    share: dict[str, float]
+    diagnoses: dict[str, "Condition"]
+    procedures: dict[str, "Procedure"]
+    drugs: dict[str, Drug]
+    labs: dict[str, dict]
 
 
 @dataclass(frozen=True)
@@ -99,6 +114,13 @@ class Vocabulary:
         self.extra_procedure_codes: list[tuple[str, int, str]] = [tuple(x) for x in procs["extra"]]
         self.icu_procedures: dict[str, float] = procs["icu_procedures"]
         self.hospital: dict = _load("hospital.yaml")
+        self.tail = _tail(_load("tail.yaml"))
+        # What renderers look items up in: the curated vocabulary and the tail. Generators of questions and tools
+        # keep to the curated dictionaries above, whose items have lay names, profiles and relations.
+        self.all_conditions = {**self.conditions, **self.tail.diagnoses}
+        self.all_procedures = {**self.procedures, **self.tail.procedures}
+        self.all_drugs = {**self.drugs, **self.tail.drugs}
+        self.all_labs = {**self.labs, **self.tail.labs}
         self._check()
 
     def _check(self) -> None:
@@ -119,13 +141,17 @@ class Vocabulary:
             assert name in self.drugs, f"drugs.yaml: icu_drugs names unknown drug {name!r}"
         for key in self.icu_procedures:
             assert key in self.procedures, f"procedures.yaml: icu_procedures names unknown procedure {key!r}"
+        for kind in ("conditions", "procedures", "drugs", "labs"):
+            core, every = getattr(self, kind), getattr(self, "all_" + kind)
+            assert len(every) == len(core) + len(getattr(self.tail, "diagnoses" if kind == "conditions" else kind)), \
+                f"tail.yaml: a tail {kind} key collides with a curated one"
 
     def drugs_in_class(self, drug_class: str) -> list[Drug]:
         return [d for d in self.drugs.values() if d.drug_class == drug_class]
 
     def eicu_treatment(self, drug: str) -> str | None:
         """The eICU treatment string for giving this drug (by its class), or None when eICU charts none."""
-        template = self.drug_classes[self.drugs[drug].drug_class].get("eicu_treatment")
+        template = self.drug_classes[self.all_drugs[drug].drug_class].get("eicu_treatment")
         return template.format(drug=drug) if template else None
 
     def brand_to_generic(self) -> dict[str, str]:
@@ -133,6 +159,35 @@ class Vocabulary:
 
     def diagnosis_description(self, code: str, version: int) -> str:
         return icd_diagnoses(version)[code]
+
+
+def _tail(data: dict) -> Tail:
+    icd9 = icd_diagnoses(9)
+    share: dict[str, float] = {}
+    diagnoses, procedures, drugs, labs = {}, {}, {}, {}
+    for code, d in data["diagnoses"].items():
+        key, title = f"dx/{code}", icd9[code]
+        diagnoses[key] = Condition(key=key, icd9=code, icd10=d["icd10"], eicu=title, lay=(title,),
+                                   prevalence=d["share"])
+        share[key] = d["share"]
+    for code, d in data["procedures"].items():
+        key = f"px/{code}"
+        procedures[key] = Procedure(key=key, icd9=(code, d["title"]), icd10=(d["icd10"], d["title"]), eicu=d["title"],
+                                    lay=(d["title"],), cost=1000.0)
+        share[key] = d["share"]
+    for name, d in data["drugs"].items():
+        drugs[name] = Drug(name=name, drug_class="formulary", brands=(), doses=tuple(d["doses"]), unit=d["unit"],
+                           route=d["route"], form=d["form"], mimic=d["mimic"], drug_type=d["type"])
+        share[name] = d["share"]
+    for itemid, d in data["labs"].items():
+        key, label = f"lab/{itemid}", d["label"]
+        labs[key] = {"mimic_id": int(itemid), "mimic": label.lower(), "eicu": label.lower(), "label": label,
+                     "unit": d["unit"].strip().lower(), "mimic_unit": d["unit"].strip() or None, "mean": d["mean"],
+                     "sd": d["sd"], "low": d["low"], "decimals": d["decimals"], "fluid": d["fluid"],
+                     "category": d["category"], "lay": [label.lower()]}
+        share[key] = d["share"]
+    return Tail(per_admission=data["per_admission"], share=share, diagnoses=diagnoses, procedures=procedures,
+                drugs=drugs, labs=labs)
 
 
 @functools.lru_cache(maxsize=None)

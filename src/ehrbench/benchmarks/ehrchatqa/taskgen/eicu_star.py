@@ -24,8 +24,9 @@ def _drug_filter(names: list[str]) -> str:
     return " OR ".join(f"m.drug_name LIKE {q(n + ' %')}" for n in sorted(names))
 
 
-def _generic_of(ctx: Context, drug_string: str) -> str:
-    return max((d for d in ctx.vocab.drugs if drug_string.startswith(d + " ")), key=len)
+def _generic_of(ctx: Context, drug_string: str) -> str | None:
+    """The curated generic a drug string names, or None for a long-tail drug (questions keep to curated drugs)."""
+    return max((d for d in ctx.vocab.drugs if drug_string.startswith(d + " ")), key=len, default=None)
 
 
 def stay_cte(pid: str, scope: str) -> str:
@@ -64,7 +65,8 @@ class EicuTasks:
     def patient_labs(self, ctx):
         by_name = {v["eicu"]: k for k, v in ctx.vocab.labs.items()}
         return [(pid, by_name[name]) for pid, name in ctx.rows(
-            "SELECT DISTINCT p.patient_id, l.lab_name FROM lab l JOIN icupatient p ON l.unit_id = p.unit_id ORDER BY 1, 2")]
+            "SELECT DISTINCT p.patient_id, l.lab_name FROM lab l JOIN icupatient p ON l.unit_id = p.unit_id ORDER BY 1, 2")
+                if name in by_name]                   # the curated labs, which have lay names; not the tail
 
     def patient_lab(self, ctx, pid, lab, scope, agg):
         src = f"FROM lab l JOIN stay s ON l.unit_id = s.unit_id WHERE l.lab_name = {q(ctx.vocab.labs[lab]['eicu'])}"
@@ -142,7 +144,7 @@ class EicuTasks:
         for pid, s in ctx.rows("SELECT DISTINCT p.patient_id, m.drug_name FROM prescription m "
                                "JOIN icupatient p ON m.unit_id = p.unit_id ORDER BY 1, 2"):
             generic = _generic_of(ctx, s)
-            if generic not in out.setdefault(pid, []):
+            if generic and generic not in out.setdefault(pid, []):
                 out[pid].append(generic)
         return out
 

@@ -51,7 +51,8 @@ class MimicTasks:
 
     def patient_labs(self, ctx):
         by_id = {v["mimic_id"]: k for k, v in ctx.vocab.labs.items()}
-        return [(pid, by_id[code]) for pid, code in ctx.rows("SELECT DISTINCT patientid, itemcode FROM labresults ORDER BY 1, 2")]
+        return [(pid, by_id[code]) for pid, code in ctx.rows("SELECT DISTINCT patientid, itemcode FROM labresults ORDER BY 1, 2")
+                if code in by_id]                     # the curated labs, which have lay names; not the tail
 
     def patient_lab(self, ctx, pid, lab, scope, agg):
         lab_cte = f"lab AS ( SELECT itemcode FROM labtesttypes WHERE itemname = {q(ctx.vocab.labs[lab]['mimic'])} )"
@@ -126,7 +127,8 @@ class MimicTasks:
     def patient_drugs(self, ctx: Context) -> dict:
         out: dict = {}
         for pid, drug in ctx.rows("SELECT DISTINCT patientid, medicationname FROM medicationorders ORDER BY 1, 2"):
-            out.setdefault(pid, []).append(drug)
+            if drug in ctx.vocab.drugs:               # the curated drugs (brands, classes); not the long tail
+                out.setdefault(pid, []).append(drug)
         return out
 
     def stores_brand(self, ctx: Context, drug: str) -> bool:
