@@ -7,8 +7,9 @@ The question file is read unchanged by EHRAgent's loader (EHRSQL's or MIMICSQL's
 Its authors never saw this world, so the share of their queries that find something is a measure of the world's
 realism: a cohort question ("how many patients with primary disease X are female") should find patients, as it would
 in a hospital's database. Queries that name one real patient or admission (`subject_id = 2560`) cannot match a
-synthetic world and are counted apart. "Finds rows": the query runs and its result holds a value other than NULL,
-0 or an empty string. The world is built in a fresh temporary folder (or reused from --root).
+synthetic world and are counted apart, as are those that name one (MIMICSQL's `NAME = "Paul Edwards"`).
+"Finds rows": the query runs and its result holds a value other than NULL, 0 or an empty string. The world is built
+in a fresh temporary folder (or reused from --root).
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-PATIENT_LITERAL = re.compile(r"(subject_id|hadm_id|uniquepid|patientunitstayid|icustay_id)\"?\s*=\s*['\"]?\d",
-                             re.I)     # an id compared with a literal (a join compares it with a column)
+PATIENT_LITERAL = re.compile(r"(subject_id|hadm_id|uniquepid|patientunitstayid|icustay_id)\"?\s*=\s*['\"]?\d"
+                             r"|\bname\"?\s*=\s*['\"]",
+                             re.I)     # an id or a patient's name compared with a literal (a join compares columns)
 
 
 def finds_rows(rows: list[tuple]) -> bool:
