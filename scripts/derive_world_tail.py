@@ -45,19 +45,23 @@ def _shares(rows: list[dict], key, n_adm: int) -> dict[str, float]:
     return {k: min(1.0, len(v) / n_adm) for k, v in seen.items() if k}
 
 
-def _gem(path: Path) -> dict[str, str]:
-    """ICD-9 code -> the first ICD-10 target the GEM lists that is not a no-map (CMS writes codes without dots; some
-    files drop leading zeros, so both spellings are keyed)."""
-    out: dict[str, str] = {}
+def _gem(path: Path, zero_stripped: bool = False) -> dict[str, list[str]]:
+    """ICD-9 code -> its ICD-10 targets in the GEM's order, no-maps left out. `zero_stripped`: the file writes codes
+    without their leading zeros, so "0340" (streptococcal sore throat) and "340" (multiple sclerosis) are both
+    "340"; the file is sorted by the full code, so each row's code is the smallest full spelling (a billable ICD-9
+    code) not before the previous row's."""
+    titles = icd9_titles()
+    out: dict[str, list[str]] = collections.defaultdict(list)
+    previous = ""
     for r in _rows(path):
-        if r.get("no_map") == "1" or r["icd10cm"] in ("NoDx", "NoPCS"):
-            continue
-        out.setdefault(r["icd9cm"], r["icd10cm"])
+        code = r["icd9cm"]
+        if zero_stripped and code[0].isdigit():
+            spellings = sorted(c for c in (code, "0" + code, "00" + code) if c in titles and c >= previous)
+            code = spellings[0] if spellings else code
+        previous = max(previous, code)
+        if r.get("no_map") != "1" and r["icd10cm"] not in ("NoDx", "NoPCS"):
+            out[code].append(r["icd10cm"])
     return out
-
-
-def _lookup(gem: dict[str, str], code: str) -> str | None:
-    return gem.get(code) or gem.get(code.lstrip("0"))
 
 
 def _decimals(values: list[str]) -> int:
@@ -65,31 +69,38 @@ def _decimals(values: list[str]) -> int:
     return min(2, collections.Counter(places).most_common(1)[0][0])
 
 
-def diagnoses(demo: Path, gem: dict[str, str], n_adm: int) -> dict:
-    core = {c.icd9 for c in vocabulary().conditions.values()}
-    titles, icd10 = icd9_titles(), icd_diagnoses(10)
+def diagnoses(demo: Path, gem: dict[str, list[str]], n_adm: int) -> dict:
+    """The commonest diagnoses the curated conditions do not already code: not their ICD-9 code, their ICD-10 code
+    or their eICU name (a tail "sepsis" would silently grow the curated sepsis cohorts of some renderings)."""
+    curated = vocabulary().conditions.values()
+    taken = {c.icd9 for c in curated} | {c.icd10 for c in curated} | {n for c in curated for n in c.eicu_names}
+    titles, icd10, long_titles = icd9_titles(), icd_diagnoses(10), icd_diagnoses(9)
     out = {}
     for code, share in sorted(_shares(_rows(demo / "DIAGNOSES_ICD.csv"), lambda r: r["ICD9_CODE"], n_adm).items(),
                               key=lambda kv: (-kv[1], kv[0])):
-        target = _lookup(gem, code)
-        if code in core or code not in titles or target not in icd10:
+        target = next(iter(gem.get(code, [])), None)
+        if code not in titles or target not in icd10 or {code, target, long_titles[code]} & taken:
             continue
+        taken.add(target)
         out[code] = {"share": round(share, 4), "icd10": target}
         if len(out) == TOP["diagnoses"]:
             break
     return out
 
 
-def procedures(demo: Path, gem: dict[str, str], n_adm: int) -> dict:
+def procedures(demo: Path, gem: dict[str, list[str]], n_adm: int) -> dict:
+    """The commonest procedures not already curated (by ICD-9 code, ICD-10-PCS target or name) nor distractors."""
     v = vocabulary()
-    core = {p.icd9[0] for p in v.procedures.values()} | {c for c, ver, _ in v.extra_procedure_codes if ver == 9}
+    taken = {p.icd9[0] for p in v.procedures.values()} | {p.icd10[0] for p in v.procedures.values()} | \
+        {p.eicu for p in v.procedures.values()} | {c for c, ver, _ in v.extra_procedure_codes if ver == 9}
     titles = {r["ICD9_CODE"]: r["LONG_TITLE"] for r in _rows(demo / "D_ICD_PROCEDURES.csv")}
     out = {}
     for code, share in sorted(_shares(_rows(demo / "PROCEDURES_ICD.csv"), lambda r: r["ICD9_CODE"], n_adm).items(),
                               key=lambda kv: (-kv[1], kv[0])):
-        target = _lookup(gem, code)
-        if code in core or code not in titles or not target:
+        target = next(iter(gem.get(code, [])), None)
+        if code not in titles or not target or {code, target, titles[code].lower()} & taken:
             continue
+        taken.add(target)
         out[code] = {"share": round(share, 4), "title": titles[code].lower(), "icd10": target}
         if len(out) == TOP["procedures"]:
             break
@@ -97,8 +108,16 @@ def procedures(demo: Path, gem: dict[str, str], n_adm: int) -> dict:
 
 
 def drugs(demo: Path, n_adm: int) -> dict:
+    """The commonest drugs that are not a curated generic, its MIMIC-III spelling, a salt or form of it ("heparin
+    sodium": eICU's drug strings start with the generic) or a curated brand ("unasyn", "metronidazole (flagyl)")."""
     v = vocabulary()
     core = set(v.drugs) | {name.lower() for name in mimic_iii()["drugs"].values()}
+    brands = {b for d in v.drugs.values() for b in d.brands}
+
+    def curated(name: str) -> bool:
+        words = set(name.replace("(", " ").replace(")", " ").split())
+        return name in core or any(name.startswith(g + " ") for g in v.drugs) or bool(words & brands)
+
     rows = [r for r in _rows(demo / "PRESCRIPTIONS.csv") if r["DRUG"].strip()]
     by_name = collections.defaultdict(list)
     for r in rows:
@@ -106,7 +125,7 @@ def drugs(demo: Path, n_adm: int) -> dict:
     out = {}
     shares = _shares(rows, lambda r: r["DRUG"].strip().lower(), n_adm)
     for name, share in sorted(shares.items(), key=lambda kv: (-kv[1], kv[0])):
-        if name in core:
+        if curated(name):
             continue
         rs = by_name[name]
         def mode(field: str, rs=rs) -> list:
@@ -119,7 +138,7 @@ def drugs(demo: Path, n_adm: int) -> dict:
         spelling = collections.Counter(r["DRUG"].strip() for r in rs).most_common(1)[0][0]
         out[name] = {"share": round(share, 4), "mimic": spelling,
                      "type": mode("DRUG_TYPE")[0][0], "doses": [float(d) for d in doses],
-                     "unit": unit[0][0].lower(), "route": route[0][0].lower(),
+                     "unit": unit[0][0].lower(), "mimic_unit": unit[0][0], "route": route[0][0].lower(),
                      "form": (form[0][0] if form else "vial").lower()}
         if len(out) == TOP["drugs"]:
             break
@@ -155,8 +174,9 @@ def labs(demo: Path, labevents: Path, n_adm: int) -> dict:
         trimmed = [x for x in nums if lo <= x <= hi] or nums
         unit = collections.Counter(r["VALUEUOM"] for r in rs if r["VALUEUOM"]).most_common(1)
         d = items[itemid]
-        out[itemid] = {"share": round(share, 4), "label": d["LABEL"], "fluid": d["FLUID"].title(),
-                       "category": d["CATEGORY"].title(), "unit": unit[0][0] if unit else "",
+        spelled = lambda text: text.title() if text.isupper() else text  # noqa: E731  (a few rows are all caps)
+        out[itemid] = {"share": round(share, 4), "label": d["LABEL"], "fluid": spelled(d["FLUID"]),
+                       "category": spelled(d["CATEGORY"]), "unit": unit[0][0] if unit else "",
                        "mean": round(statistics.mean(trimmed), 3),
                        "sd": round(statistics.pstdev(trimmed) or abs(statistics.mean(trimmed)) * 0.1 or 0.1, 3),
                        "low": lo, "decimals": _decimals([r["VALUE"] for r in rs])}
@@ -193,7 +213,7 @@ def main() -> None:
     args = ap.parse_args()
     n_adm = len(_rows(args.demo / "ADMISSIONS.csv"))
     tail = {"per_admission": {"diagnoses": 8.0, "procedures": 1.5, "drugs": 12.0, "labs": 25.0},
-            "diagnoses": diagnoses(args.demo, _gem(args.gem_dx), n_adm),
+            "diagnoses": diagnoses(args.demo, _gem(args.gem_dx, zero_stripped=True), n_adm),
             "procedures": procedures(args.demo, _gem(args.gem_pcs), n_adm),
             "drugs": drugs(args.demo, n_adm),
             "labs": labs(args.demo, args.labevents, n_adm)}

@@ -112,10 +112,62 @@ def test_tail_codes_exist_in_the_vocabularies_and_never_shadow_a_curated_item():
     curated_dx = {c.icd9 for c in v.conditions.values()}
     assert not curated_dx & {c.icd9 for c in t.diagnoses.values()}
     assert not {p.icd9[0] for p in v.procedures.values()} & {p.icd9[0] for p in t.procedures.values()}
+    # nor does it code a curated item under another key: a curated ICD-10 code or eICU name, a salt or brand of a
+    # curated drug (eICU's drug strings start with the generic), so curated cohorts are the same in every rendering
+    assert not {c.icd10 for c in v.conditions.values()} & {c.icd10 for c in t.diagnoses.values()}
+    assert not {n for c in v.conditions.values() for n in c.eicu_names} & {c.eicu for c in t.diagnoses.values()}
+    assert not {p.icd10[0] for p in v.procedures.values()} & {p.icd10[0] for p in t.procedures.values()}
+    assert not {p.eicu for p in v.procedures.values()} & {p.eicu for p in t.procedures.values()}
+    brands = {b for d in v.drugs.values() for b in d.brands}
+    for name in t.drugs:
+        assert not any(name.startswith(g + " ") for g in v.drugs), name
+        assert not set(name.replace("(", " ").replace(")", " ").split()) & brands, name
     labels = [spec["mimic"] for spec in t.labs.values()]
     assert len(set(labels)) == len(labels), "two tail lab items share a label"
     assert not set(labels) & {spec[k] for spec in v.labs.values() for k in ("mimic", "eicu")}
     assert not {spec["mimic_id"] for spec in v.labs.values()} & {spec["mimic_id"] for spec in t.labs.values()}
+
+
+def test_the_tail_script_reads_a_gem_that_drops_leading_zeros(tmp_path):
+    """CMS's diagnosis GEM as some copies write it: "0340" (strep sore throat) and "340" (multiple sclerosis) are
+    both "340"; the file's order (by the full code) tells them apart."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "derive_world_tail", Path(__file__).resolve().parents[1] / "scripts" / "derive_world_tail.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    gem = tmp_path / "gem.csv"
+    gem.write_text("icd9cm,icd10cm,flags,approximate,no_map,combination,scenario,choice_list\n"
+                   "339,A3790,10000,1,0,0,0,0\n340,J020,10000,1,0,0,0,0\n340,J0300,10000,1,0,0,0,0\n"
+                   "3399,G4489,10000,1,0,0,0,0\n340,G35,0,0,0,0,0,0\n3410,G360,0,0,0,0,0,0\n"
+                   "V5861,Z7901,0,0,0,0,0,0\n7994,NoDx,1,1,1,0,0,0\n")
+    table = script._gem(gem, zero_stripped=True)
+    assert table["0340"] == ["J020", "J0300"] and table["340"] == ["G35"] and table["0339"] == ["A3790"]
+    assert table["V5861"] == ["Z7901"] and "7994" not in table
+
+
+def test_treqs_dob_over_89_is_300_years_before_the_first_admission():
+    from datetime import datetime, timedelta
+
+    from ehrbench.schemas.treqs import mimic_iii_dob
+    from ehrbench.world.model import Admission, Patient
+
+    def patient(dob, admit, age):
+        a = Admission(admit=admit, discharge=admit + timedelta(days=3), admission_type="urgent", admit_source="x",
+                      discharge_destination="home", insurance="medicare", language="english", marital=None, age=age,
+                      icd_version=9)
+        return Patient(index=0, hospital=0, gender="f", dob=dob, dod=None, ethnicity="x", conditions=[],
+                       drug_choice={}, admissions=[a])
+
+    shift = timedelta(weeks=52 * 40)
+    old = patient(datetime(2005, 2, 28), datetime(2100, 3, 1), 95)
+    dob = mimic_iii_dob(old, shift)
+    assert (old.admissions[0].admit + shift).year - dob.year == 300
+    assert (dob.month, dob.day) == ((old.dob + shift).month, (old.dob + shift).day)
+    young = patient(datetime(2040, 6, 15), datetime(2100, 3, 1), 59)
+    assert mimic_iii_dob(young, shift) == young.dob + shift
 
 
 def _without_tail(patients, v):
@@ -167,7 +219,8 @@ def test_the_tail_has_the_hospital_frequencies_it_was_given():
 
 
 def test_a_tail_event_reads_the_same_in_every_rendering(tmp_path):
-    """One patient's tail diagnosis, drug and lab, as MIMIC-IV*, EHRSQL MIMIC-III and TREQS store them."""
+    """One patient's tail diagnosis, drug and lab, as MIMIC-IV*, EHRSQL MIMIC-III and TREQS store them for that
+    patient."""
     from ehrbench.schemas import WorldSpec, build_database
     from ehrbench.world.generator import generate_patients
     from ehrbench.world.vocab import vocabulary
@@ -175,23 +228,26 @@ def test_a_tail_event_reads_the_same_in_every_rendering(tmp_path):
     v = vocabulary()
     spec = WorldSpec(seed=5, size=WorldSize(mimic_patients=6, eicu_patients=0, eicu_hospitals=1), dictionary="used")
     patients = generate_patients(5, spec.size)
-    a = next(a for p in patients for a in p.admissions if not a.current and a.icd_version == 9
-             and any(d.key in v.tail.diagnoses for d in a.diagnoses))
+    n, a = next((n, a) for n, p in enumerate(patients) for a in p.admissions if not a.current and a.icd_version == 9
+                and any(d.key in v.tail.diagnoses for d in a.diagnoses))
     code = next(v.tail.diagnoses[d.key].icd9 for d in a.diagnoses if d.key in v.tail.diagnoses)
     drug = next(v.tail.drugs[m.drug] for m in a.medications if m.drug in v.tail.drugs)
     lab = next(v.tail.labs[e.lab] for e in a.labs if e.lab in v.tail.labs)
     star = sqlite3.connect(build_database("mimic_iv_star", spec, tmp_path))
     m3 = sqlite3.connect(build_database("ehrsql_mimic_iii", spec, tmp_path))
     treqs = sqlite3.connect(build_database("treqs", spec, tmp_path))
-    assert star.execute("SELECT COUNT(*) FROM admissiondiagnoses WHERE icdcode = ? AND codeversion = 9",
-                        (code.lower(),)).fetchone()[0] > 0
-    assert m3.execute("SELECT COUNT(*) FROM diagnoses_icd WHERE icd9_code = ?", (code.lower(),)).fetchone()[0] > 0
-    assert treqs.execute("SELECT COUNT(*) FROM DIAGNOSES WHERE ICD9_CODE = ?", (code,)).fetchone()[0] > 0
-    assert star.execute("SELECT COUNT(*) FROM medicationorders WHERE medicationname = ?", (drug.name,)).fetchone()[0]
-    assert m3.execute("SELECT COUNT(*) FROM prescriptions WHERE drug = ?", (drug.mimic.lower(),)).fetchone()[0]
-    assert treqs.execute("SELECT COUNT(*) FROM PRESCRIPTIONS WHERE DRUG = ? AND DRUG_TYPE = ?",
-                         (drug.mimic, drug.drug_type)).fetchone()[0]
-    assert m3.execute("SELECT COUNT(*) FROM labevents JOIN d_labitems USING (itemid) WHERE label = ?",
-                      (lab["mimic"],)).fetchone()[0]
-    assert treqs.execute("SELECT COUNT(*) FROM LAB WHERE LABEL = ? AND FLUID = ? AND CATEGORY = ?",
-                         (lab["label"], lab["fluid"], lab["category"])).fetchone()[0]
+    pid = star.execute("SELECT patientid FROM demographics ORDER BY recordid").fetchall()[n][0]
+    subject = m3.execute("SELECT SUBJECT_ID FROM PATIENTS ORDER BY ROW_ID").fetchall()[n][0]   # TREQS shares it
+    one = lambda con, sql, *args: con.execute(sql, args).fetchone()[0]  # noqa: E731
+    assert one(star, "SELECT COUNT(*) FROM admissiondiagnoses WHERE patientid = ? AND icdcode = ? AND codeversion = 9",
+               pid, code.lower())
+    assert one(m3, "SELECT COUNT(*) FROM diagnoses_icd WHERE subject_id = ? AND icd9_code = ?", subject, code.lower())
+    assert one(treqs, "SELECT COUNT(*) FROM DIAGNOSES WHERE SUBJECT_ID = ? AND ICD9_CODE = ?", subject, code)
+    assert one(star, "SELECT COUNT(*) FROM medicationorders WHERE patientid = ? AND medicationname = ?", pid, drug.name)
+    assert one(m3, "SELECT COUNT(*) FROM prescriptions WHERE subject_id = ? AND drug = ?", subject, drug.mimic.lower())
+    assert one(treqs, "SELECT COUNT(*) FROM PRESCRIPTIONS WHERE SUBJECT_ID = ? AND DRUG = ? AND DRUG_TYPE = ? "
+               "AND DRUG_DOSE LIKE ?", subject, drug.mimic, drug.drug_type, f"%{drug.mimic_unit}")
+    assert one(m3, "SELECT COUNT(*) FROM labevents JOIN d_labitems USING (itemid) WHERE subject_id = ? AND label = ?",
+               subject, lab["mimic"])
+    assert one(treqs, "SELECT COUNT(*) FROM LAB WHERE SUBJECT_ID = ? AND LABEL = ? AND FLUID = ? AND CATEGORY = ?",
+               subject, lab["label"], lab["fluid"], lab["category"])

@@ -1,4 +1,4 @@
-"""EHRSQL's clock, shared by the EHRSQL MIMIC-III, EHRSQL eICU and TREQS renderings.
+"""EHRSQL's clock, shared by the EHRSQL MIMIC-III and EHRSQL eICU renderings (TREQS keeps MIMIC-III's own).
 
 EHRSQL moved every patient's history by a whole number of 365-day years so that the first admission falls in a
 year of 2100-2105, drawn with weights 1:2:3:4:5:6 (later years likelier; `first_admit_year_sampler`), and called

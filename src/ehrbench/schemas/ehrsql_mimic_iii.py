@@ -151,6 +151,11 @@ def drug_name(generic: str) -> str:
     return tail.mimic if tail else mimic_iii()["drugs"].get(generic) or generic[:1].upper() + generic[1:]
 
 
+def drug_unit(drug) -> str:
+    """PRESCRIPTIONS.DOSE_UNIT_RX as MIMIC-III writes it ("mg", "mEq", "mL", "TAB")."""
+    return drug.mimic_unit or mimic_iii()["drug_units"].get(drug.unit, drug.unit)
+
+
 def route(drug) -> str:
     """PRESCRIPTIONS.ROUTE as MIMIC-III writes it (PO, IV, IV DRIP, PO/NG, ...)."""
     return mimic_iii()["routes"].get(drug.route, drug.route.upper())
@@ -207,7 +212,7 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                 drug = v.all_drugs[m.drug]
                 name = drug_name(m.drug).lower()
                 r = add("PRESCRIPTIONS", **base, STARTDATE=t(day(m.start)), ENDDATE=t(day(m.end)), DRUG=name,
-                        DOSE_VAL_RX=f"{m.dose:g}", DOSE_UNIT_RX=m3["drug_units"].get(drug.unit, drug.unit).lower(),
+                        DOSE_VAL_RX=f"{m.dose:g}", DOSE_UNIT_RX=drug_unit(drug).lower(),
                         ROUTE=route(drug).lower())
                 charge("prescriptions", subject, hadm, r, name, t(day(m.start)))
             for mi in a.micro:

@@ -21,7 +21,9 @@ from .writer import Ids, Rows, fmt_time
 DB_ID = "eicu_star"
 
 FORM_TEXT = {"tab": "po tabs", "cap": "po caps", "vial": "inj", "soln": "inj soln", "syringe": "inj syringe",
-             "neb": "neb soln"}
+             "neb": "neb soln", "syr": "inj syringe", "bag": "ivpb", "ml": "inj soln", "amp": "inj", "udcup": "po soln",
+             "btl": "po soln", "dbtl": "ophth soln", "pkt": "po pwd", "ptch": "td patch", "inh": "inhl", "tube": "top",
+             "supp": "pr supp", "loz": "po loz"}
 ROUTE_TEXT = {"po": "po", "iv": "iv push", "sc": "subcutaneous", "ih": "inhalation"}
 FLUID_PATH = {"intake": "flowsheet|flowsheet cell labels|i&o|intake (ml)|{}",
               "output": "flowsheet|flowsheet cell labels|i&o|output (ml)|{}"}
@@ -99,9 +101,9 @@ def drug_treatments(orders) -> list[tuple]:
     return sorted((t, name) for name, t in seen.items())
 
 
-def _dotted(code: str) -> str:
-    """ICD codes as eICU writes them: a dot after the category ("401.9", "e888.9", "i50.9")."""
-    head = 4 if code.startswith("e") and code[1:].isdigit() else 3
+def _dotted(code: str, version: int) -> str:
+    """ICD codes as eICU writes them: a dot after the category ("401.9", "e888.9", "i50.9", "e11.40")."""
+    head = 4 if version == 9 and code.startswith("e") else 3
     return code[:head] + ("." + code[head:] if len(code) > head else "")
 
 
@@ -169,7 +171,7 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                 c = v.all_conditions[d.key]
                 cid = add("condition", unit_id=first_uid, condition_name=condition_string(c, seed, hosp),
                           condition_time=fmt_time(d.time),
-                          icd9_code=f"{_dotted(c.icd9.lower())}, {_dotted(c.icd10.lower())}")
+                          icd9_code=f"{_dotted(c.icd9.lower(), 9)}, {_dotted(c.icd10.lower(), 10)}")
                 cost("condition", cid, d.time, 25.0)
             for e in a.procedures:
                 proc = v.all_procedures[e.key]

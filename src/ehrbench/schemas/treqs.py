@@ -93,10 +93,11 @@ def mimic_iii_shift(seed: int, patient: Patient) -> timedelta:
 
 def mimic_iii_dob(patient: Patient, shift: timedelta) -> datetime:
     """The shifted date of birth; over 89 at the first admission, 300 years before that admission (MIMIC-III)."""
+    dob = patient.dob + shift
     first = patient.admissions[0] if patient.admissions else None
     if first is None or first.age <= 89:
-        return patient.dob + shift
-    return (patient.dob + shift).replace(year=(first.admit + shift).year - 300, day=min(patient.dob.day, 28))
+        return dob
+    return dob.replace(year=(first.admit + shift).year - 300, day=min(dob.day, 28) if dob.month == 2 else dob.day)
 
 
 def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) -> set:
@@ -139,7 +140,7 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
             stay_at = [(s.intime, s.outtime, sid) for s, sid in zip(a.icu_stays, stays)]
             for m in a.medications:
                 drug = v.all_drugs[m.drug]
-                unit = m3["drug_units"].get(drug.unit, drug.unit)
+                unit = ehrsql_mimic_iii.drug_unit(drug)
                 icu = next((float(sid) for tin, tout, sid in stay_at if tin <= m.start and (tout is None or m.start < tout)),
                            None)
                 add("PRESCRIPTIONS", **base, ICUSTAY_ID=icu, DRUG_TYPE=drug.drug_type,

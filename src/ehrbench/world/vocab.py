@@ -49,6 +49,7 @@ class Drug:
     route: str
     form: str
     mimic: str | None = None        # a tail drug's own MIMIC-III spelling (PRESCRIPTIONS.DRUG)
+    mimic_unit: str | None = None   # and its dose unit as MIMIC-III writes it ("mL", "TAB")
     drug_type: str = "MAIN"         # MIMIC-III's DRUG_TYPE: MAIN, BASE (a diluent) or ADDITIVE
 
 
@@ -177,7 +178,8 @@ def _tail(data: dict) -> Tail:
         share[key] = d["share"]
     for name, d in data["drugs"].items():
         drugs[name] = Drug(name=name, drug_class="formulary", brands=(), doses=tuple(d["doses"]), unit=d["unit"],
-                           route=d["route"], form=d["form"], mimic=d["mimic"], drug_type=d["type"])
+                           route=d["route"], form=d["form"], mimic=d["mimic"], mimic_unit=d["mimic_unit"],
+                           drug_type=d["type"])
         share[name] = d["share"]
     for itemid, d in data["labs"].items():
         key, label = f"lab/{itemid}", d["label"]
