@@ -8,9 +8,10 @@ from importlib import resources
 from pathlib import Path
 
 from ..world.generator import WorldSize
-from . import eicu_star, ehrsql_eicu, ehrsql_mimic_iii, mimic_iv_star, treqs
+from . import eicu_star, ehrsql_eicu, ehrsql_mimic_iii, mimic_iv, mimic_iv_star, treqs
 
-SCHEMAS = {module.DB_ID: module for module in (mimic_iv_star, eicu_star, ehrsql_mimic_iii, ehrsql_eicu, treqs)}
+SCHEMAS = {module.DB_ID: module for module in (mimic_iv_star, eicu_star, ehrsql_mimic_iii, ehrsql_eicu, treqs,
+                                                mimic_iv)}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,256 @@
+"""MIMIC-IV under its own names (hosp and icu modules): the rendering ClinSQL, AgentEHR and PhysAssistBench share.
+
+The same patients and ids as MIMIC-IV* (the MIMIC site's patients, the same id pools taken in the same order), in
+MIMIC-IV's tables and columns: patients with anchor_age / anchor_year / anchor_year_group, admissions, transfers,
+diagnoses_icd and procedures_icd (codes without dots, icd_version 9 or 10, seq_num), the dictionaries,
+labevents with reference ranges and abnormal flags, prescriptions, microbiologyevents, icustays, chartevents,
+inputevents and outputevents with MIMIC-IV's item ids (220045 heart rate, 220210 respiratory rate, 220277 SpO2,
+220052 arterial mean pressure, 223762 temperature; 50912 creatinine, 51003 troponin T, ...).
+
+MIMIC-IV's clock: each patient's dates are moved by an offset of their own (whole 52-week blocks, keeping weekday
+and season) so that years fall in 2110-2210; anchor_year is the shifted year of the first admission, anchor_age the
+age then (91 above 89, as MIMIC-IV groups the oldest), and the age at any admission is anchor_age + its year -
+anchor_year, as ClinSQL's gold SQL computes it. Values are spelled as MIMIC-IV spells them ("EW EMER.", "EMERGENCY
+ROOM", "Medicare", "Medical Intensive Care Unit (MICU)", "Creatinine").
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+from datetime import datetime, timedelta
+
+from importlib import resources
+
+import yaml
+from sqlalchemy import Column, Double, Integer, MetaData, Table, Text
+
+from ..world.generator import WorldSize
+from ..world.model import Patient
+from ..world.vocab import icd_diagnoses, vocabulary
+from . import ehrsql_mimic_iii, mimic_iv_star, treqs
+from .writer import Ids, Rows, fmt_time
+
+DB_ID = "mimic_iv"
+ID_POOLS = mimic_iv_star.ID_POOLS          # the same subject_id, hadm_id and stay_id as MIMIC-IV*
+patient_range = mimic_iv_star.patient_range
+
+
+
+@functools.lru_cache(maxsize=None)
+def spelling() -> dict:
+    """MIMIC-IV's spellings of the world's race, insurance and care units (world/data/mimic_iv.yaml)."""
+    return yaml.safe_load(resources.files("ehrbench.world").joinpath("data", "mimic_iv.yaml").read_text())
+
+
+# Table -> columns (name, type), MIMIC-IV v3.1's order; the first column of a table without a natural key is a
+# row number the builder hands out (MIMIC-IV has labevent_id, microevent_id; the others get `row_id`).
+I, T, D = Integer, Text, Double
+COLUMNS: dict[str, list[tuple[str, type]]] = {
+    "patients": [("subject_id", I), ("gender", T), ("anchor_age", I), ("anchor_year", I), ("anchor_year_group", T),
+                 ("dod", T)],
+    "admissions": [("subject_id", I), ("hadm_id", I), ("admittime", T), ("dischtime", T), ("deathtime", T),
+                   ("admission_type", T), ("admit_provider_id", T), ("admission_location", T),
+                   ("discharge_location", T), ("insurance", T), ("language", T), ("marital_status", T), ("race", T),
+                   ("edregtime", T), ("edouttime", T), ("hospital_expire_flag", I)],
+    "transfers": [("subject_id", I), ("hadm_id", I), ("transfer_id", I), ("eventtype", T), ("careunit", T),
+                  ("intime", T), ("outtime", T)],
+    "diagnoses_icd": [("subject_id", I), ("hadm_id", I), ("seq_num", I), ("icd_code", T), ("icd_version", I)],
+    "d_icd_diagnoses": [("icd_code", T), ("icd_version", I), ("long_title", T)],
+    "procedures_icd": [("subject_id", I), ("hadm_id", I), ("seq_num", I), ("chartdate", T), ("icd_code", T),
+                       ("icd_version", I)],
+    "d_icd_procedures": [("icd_code", T), ("icd_version", I), ("long_title", T)],
+    "labevents": [("labevent_id", I), ("subject_id", I), ("hadm_id", I), ("specimen_id", I), ("itemid", I),
+                  ("order_provider_id", T), ("charttime", T), ("storetime", T), ("value", T), ("valuenum", D),
+                  ("valueuom", T), ("ref_range_lower", D), ("ref_range_upper", D), ("flag", T), ("priority", T),
+                  ("comments", T)],
+    "d_labitems": [("itemid", I), ("label", T), ("fluid", T), ("category", T)],
+    "prescriptions": [("subject_id", I), ("hadm_id", I), ("pharmacy_id", I), ("poe_id", T), ("poe_seq", I),
+                      ("order_provider_id", T), ("starttime", T), ("stoptime", T), ("drug_type", T), ("drug", T),
+                      ("formulary_drug_cd", T), ("gsn", T), ("ndc", T), ("prod_strength", T), ("form_rx", T),
+                      ("dose_val_rx", T), ("dose_unit_rx", T), ("form_val_disp", T), ("form_unit_disp", T),
+                      ("doses_per_24_hrs", D), ("route", T)],
+    "microbiologyevents": [("microevent_id", I), ("subject_id", I), ("hadm_id", I), ("micro_specimen_id", I),
+                           ("chartdate", T), ("charttime", T), ("spec_itemid", I), ("spec_type_desc", T),
+                           ("test_name", T), ("org_name", T), ("interpretation", T)],
+    "icustays": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("first_careunit", T), ("last_careunit", T),
+                 ("intime", T), ("outtime", T), ("los", D)],
+    "chartevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("caregiver_id", I), ("charttime", T),
+                    ("storetime", T), ("itemid", I), ("value", T), ("valuenum", D), ("valueuom", T), ("warning", I)],
+    "d_items": [("itemid", I), ("label", T), ("abbreviation", T), ("linksto", T), ("category", T), ("unitname", T),
+                ("param_type", T), ("lownormalvalue", D), ("highnormalvalue", D)],
+    "inputevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("starttime", T), ("endtime", T),
+                    ("itemid", I), ("amount", D), ("amountuom", T), ("ordercategoryname", T)],
+    "outputevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("charttime", T), ("itemid", I),
+                     ("value", D), ("valueuom", T)],
+}
+MODULE = {name: "hosp" for name in COLUMNS} | {name: "icu" for name in ("icustays", "chartevents", "d_items",
+                                                                        "inputevents", "outputevents")}
+OWN_KEY = {"labevents": "labevent_id", "microbiologyevents": "microevent_id"}
+
+
+def metadata() -> MetaData:
+    md = MetaData()
+    for name, columns in COLUMNS.items():
+        key = OWN_KEY.get(name)
+        cols = [Column(c, t, primary_key=(c == key), autoincrement=False) for c, t in columns]
+        if key is None:
+            cols.insert(0, Column("row_id", Integer, primary_key=True, autoincrement=False))
+        Table(name, md, *cols)
+    return md
+
+
+def shift_of(seed: int, patient: Patient) -> timedelta:
+    """MIMIC-IV's per-patient date shift: 10-109 years in 52-week blocks, drawn from (seed, patient) alone."""
+    return timedelta(weeks=52 * random.Random(f"{seed}/mimic-iv-shift/{patient.index}").randint(10, 109))
+
+
+def anchor(seed: int, patient: Patient, shift: timedelta) -> tuple[int, int, str]:
+    """(anchor_age, anchor_year, anchor_year_group): the age in the shifted year of the first admission."""
+    first = patient.admissions[0]
+    age = first.age if first.age <= 89 else 91
+    group = random.Random(f"{seed}/mimic-iv-year-group/{patient.index}").choice(spelling()["anchor_year_groups"])
+    return age, (first.admit + shift).year, group
+
+
+def title(text: str) -> str:
+    """MIMIC-IV's case for care units (as it spells them) and items: words capitalised, an abbreviation upper."""
+    if text in spelling()["care_units"]:
+        return spelling()["care_units"][text]
+    words = text.title().split(" ")
+    return " ".join(w.upper() if w.startswith("(") and w.endswith(")") else w for w in words)
+
+
+def lab_item(spec: dict, key: str) -> tuple[str, str, str]:
+    """(label, fluid, category) of a lab item as d_labitems writes it."""
+    if "label" in spec:                                        # a long-tail item keeps MIMIC's own spelling
+        return spec["label"], spec["fluid"], spec["category"]
+    return treqs.lab_label(spec["mimic"]), "Blood", treqs.lab_category(key)
+
+
+def specimen(hadm: int, when: datetime) -> int:
+    """A specimen id: what is drawn together (one admission, one time) shares one, as MIMIC-IV's labs do."""
+    return int(hashlib.sha256(f"{hadm}/{when:%Y%m%d%H%M}".encode()).hexdigest()[:7], 16)
+
+
+def render_shared(seed: int, size: WorldSize, dictionary: str, used: set, rows: Rows) -> None:
+    """The dictionaries: ICD diagnoses (every code or those in use), procedures, lab and chart items."""
+    v = vocabulary()
+    for version in (9, 10):
+        table = icd_diagnoses(version)
+        codes = sorted(table) if dictionary == "full" else sorted(c for c, ver in used if ver == version)
+        for code in codes:
+            rows.add("d_icd_diagnoses", icd_code=code, icd_version=version, long_title=table[code])
+    procs = {}
+    for proc in v.all_procedures.values():
+        procs.setdefault((proc.icd9[0], 9), proc.icd9[1])
+        procs.setdefault((proc.icd10[0], 10), proc.icd10[1])
+    for (code, version), long_title in sorted(procs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        rows.add("d_icd_procedures", icd_code=code, icd_version=version,
+                 long_title=long_title[:1].upper() + long_title[1:])
+    for key, spec in sorted(v.all_labs.items(), key=lambda kv: kv[1]["mimic_id"]):
+        label, fluid, category = lab_item(spec, key)
+        rows.add("d_labitems", itemid=spec["mimic_id"], label=label, fluid=fluid, category=category)
+    for group, linksto, category in ((v.vitals, "chartevents", "Routine Vital Signs"),
+                                     (v.inputs, "inputevents", "Fluids/Intake"),
+                                     (v.outputs, "outputevents", "Output")):
+        for item in sorted(group.values(), key=lambda x: x["mimic_id"]):
+            rows.add("d_items", itemid=item["mimic_id"], label=title(item["mimic"]),
+                     abbreviation=title(item["abbreviation"]), linksto=linksto, category=category,
+                     unitname=item["unit"], param_type="Numeric",
+                     lownormalvalue=None, highnormalvalue=None)
+
+
+def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) -> set:
+    """A chunk of patients' rows; returns the (ICD code, version) pairs of their diagnoses, for the dictionary."""
+    v = vocabulary()
+    add = rows.add
+    used = set()
+    for p in patients:
+        shift = shift_of(seed, p)
+        t = lambda when: fmt_time(when + shift) if when else None  # noqa: E731
+        day = lambda when: (when + shift).strftime("%Y-%m-%d")  # noqa: E731
+        subject = ids.next("mimic/patients")
+        age, year, group = anchor(seed, p, shift) if p.admissions else (0, 2110, spelling()["anchor_year_groups"][0])
+        add("patients", subject_id=subject, gender=p.gender.upper(), anchor_age=age, anchor_year=year,
+            anchor_year_group=group, dod=day(p.dod) if p.dod else None)
+        for a in p.admissions:
+            hadm = ids.next("mimic/admissions")
+            ed = a.wards[0] if a.wards and a.wards[0][0] == "emergency department" else None
+            add("admissions", subject_id=subject, hadm_id=hadm, admittime=t(a.admit), dischtime=t(a.discharge),
+                deathtime=t(a.discharge) if a.died else None, admission_type=a.admission_type.upper(),
+                admit_provider_id=None, admission_location=a.admit_source.upper(),
+                discharge_location=(a.discharge_destination or "").upper() or None,
+                insurance=spelling()["insurance"][a.insurance], language=a.language.upper(),
+                marital_status=a.marital.upper() if a.marital else None, race=spelling()["race"][p.ethnicity],
+                edregtime=t(ed[1]) if ed else None, edouttime=t(ed[2]) if ed else None,
+                hospital_expire_flag=int(a.died))
+            base = {"subject_id": subject, "hadm_id": hadm}
+            codes = dict.fromkeys((v.all_conditions[d.key].icd9 if a.icd_version == 9
+                                   else v.all_conditions[d.key].icd10) for d in a.diagnoses)
+            for seq, code in enumerate(codes, start=1):
+                used.add((code, a.icd_version))
+                add("diagnoses_icd", **base, seq_num=seq, icd_code=code, icd_version=a.icd_version)
+            for seq, e in enumerate(a.procedures, start=1):
+                proc = v.all_procedures[e.key]
+                add("procedures_icd", **base, seq_num=seq, chartdate=day(e.time),
+                    icd_code=(proc.icd9 if a.icd_version == 9 else proc.icd10)[0], icd_version=a.icd_version)
+            for e in a.labs:
+                spec = v.all_labs[e.lab]
+                lo, hi = spec["mean"] - 2 * spec["sd"], spec["mean"] + 2 * spec["sd"]
+                decimals = spec["decimals"]
+                add("labevents", **base, specimen_id=specimen(hadm, e.time), itemid=spec["mimic_id"],
+                    order_provider_id=None,
+                             charttime=t(e.time), storetime=t(e.time + timedelta(minutes=45)), value=f"{e.value:g}",
+                             valuenum=e.value, valueuom=ehrsql_mimic_iii.lab_unit(spec),
+                             ref_range_lower=round(max(lo, 0.0), decimals), ref_range_upper=round(hi, decimals),
+                             flag="abnormal" if not lo <= e.value <= hi else None, priority="ROUTINE", comments=None)
+            for m in a.medications:
+                drug = v.all_drugs[m.drug]
+                add("prescriptions", **base, pharmacy_id=None, poe_id=None, poe_seq=None, order_provider_id=None,
+                    starttime=t(m.start), stoptime=t(m.end), drug_type=drug.drug_type,
+                    drug=ehrsql_mimic_iii.drug_name(m.drug), formulary_drug_cd=None, gsn=None, ndc=None,
+                    prod_strength=None, form_rx=None, dose_val_rx=f"{m.dose:g}",
+                    dose_unit_rx=ehrsql_mimic_iii.drug_unit(drug), form_val_disp=None,
+                    form_unit_disp=drug.form.upper(), doses_per_24_hrs=None, route=ehrsql_mimic_iii.route(drug))
+            for mi in a.micro:
+                spec = v.micro[mi.kind]
+                add("microbiologyevents", **base, micro_specimen_id=specimen(hadm, mi.time), chartdate=day(mi.time),
+                               charttime=t(mi.time), spec_itemid=None, spec_type_desc=spec["mimic_specimen"].upper(),
+                               test_name=spec["mimic_test"].upper(),
+                               org_name=mi.organism.upper() if mi.organism else None, interpretation=None)
+            moves: list[tuple[str, str, datetime, datetime | None]] = []
+            if a.wards and a.wards[0][0] == "emergency department":
+                moves.append(("ED", "Emergency Department", a.wards[0][1], a.wards[0][2]))
+            for stay in a.icu_stays:
+                sid = ids.next("mimic/icustays")
+                los = ((stay.outtime - stay.intime).total_seconds() / 86400) if stay.outtime else None
+                add("icustays", **base, stay_id=sid, first_careunit=title(stay.first_unit),
+                    last_careunit=title(stay.last_unit), intime=t(stay.intime), outtime=t(stay.outtime),
+                    los=round(los, 4) if los is not None else None)
+                icu = {**base, "stay_id": sid}
+                for e in stay.vitals:
+                    spec = v.vitals[e.vital]
+                    add("chartevents", **icu, caregiver_id=None, charttime=t(e.time),
+                        storetime=t(e.time + timedelta(minutes=5)), itemid=spec["mimic_id"], value=f"{e.value:g}",
+                        valuenum=e.value, valueuom=spec["unit"], warning=0)
+                for f in stay.fluids:
+                    if f.direction == "intake":
+                        spec = v.inputs[f.item]
+                        add("inputevents", **icu, starttime=t(f.time), endtime=t(f.time + timedelta(minutes=1)),
+                            itemid=spec["mimic_id"], amount=f.amount, amountuom=spec["unit"],
+                            ordercategoryname=None)
+                    else:
+                        spec = v.outputs[f.item]
+                        add("outputevents", **icu, charttime=t(f.time), itemid=spec["mimic_id"], value=f.amount,
+                            valueuom=spec["unit"])
+                moves.append(("admit" if not moves else "transfer", title(stay.first_unit), stay.intime, stay.outtime))
+            for unit, tin, tout in a.wards:
+                if unit != "emergency department":
+                    moves.append(("admit" if not moves else "transfer", title(unit), tin, tout))
+            if a.discharge is not None:
+                moves.append(("discharge", None, a.discharge, None))
+            for kind, unit, tin, tout in moves:
+                add("transfers", **base, transfer_id=ids.next("mimic/transfers"), eventtype=kind, careunit=unit,
+                    intime=t(tin), outtime=t(tout))
+    return used

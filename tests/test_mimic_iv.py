@@ -1,0 +1,129 @@
+"""MIMIC-IV under its own names (the rendering ClinSQL, AgentEHR and PhysAssistBench share): MIMIC-IV's tables and
+columns, its clock and age convention, the same patients as MIMIC-IV*, and the DuckDB copy in MIMIC-IV's schemas."""
+import sqlite3
+from datetime import datetime
+
+import duckdb
+import pytest
+
+from ehrbench.schemas import WorldSpec, build_database
+from ehrbench.schemas.duckdb_export import export_duckdb
+from ehrbench.world.generator import WorldSize, generate_world
+
+SPEC = WorldSpec(seed=4, size=WorldSize(mimic_patients=30, eicu_patients=0, eicu_hospitals=1), dictionary="used")
+
+# MIMIC-IV v3.1's columns for the tables ClinSQL's gold SQL reads most (patients, admissions, diagnoses_icd,
+# icustays, labevents, chartevents, prescriptions, procedures_icd).
+MIMIC_IV_COLUMNS = {
+    "patients": ["subject_id", "gender", "anchor_age", "anchor_year", "anchor_year_group", "dod"],
+    "admissions": ["subject_id", "hadm_id", "admittime", "dischtime", "deathtime", "admission_type",
+                   "admit_provider_id", "admission_location", "discharge_location", "insurance", "language",
+                   "marital_status", "race", "edregtime", "edouttime", "hospital_expire_flag"],
+    "diagnoses_icd": ["subject_id", "hadm_id", "seq_num", "icd_code", "icd_version"],
+    "procedures_icd": ["subject_id", "hadm_id", "seq_num", "chartdate", "icd_code", "icd_version"],
+    "icustays": ["subject_id", "hadm_id", "stay_id", "first_careunit", "last_careunit", "intime", "outtime", "los"],
+    "labevents": ["labevent_id", "subject_id", "hadm_id", "specimen_id", "itemid", "order_provider_id", "charttime",
+                  "storetime", "value", "valuenum", "valueuom", "ref_range_lower", "ref_range_upper", "flag",
+                  "priority", "comments"],
+    "chartevents": ["subject_id", "hadm_id", "stay_id", "caregiver_id", "charttime", "storetime", "itemid", "value",
+                    "valuenum", "valueuom", "warning"],
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mimic_iv")
+    paths = {db: build_database(db, SPEC, root) for db in ("mimic_iv", "mimic_iv_star")}
+    yield {db: sqlite3.connect(p) for db, p in paths.items()} | {"paths": paths}
+
+
+def test_tables_and_columns_are_mimic_iv_s(built):
+    con = built["mimic_iv"]
+    for table, columns in MIMIC_IV_COLUMNS.items():
+        have = [r[1] for r in con.execute(f"PRAGMA table_info({table})") if r[1] != "row_id"]
+        assert have == columns, table
+
+
+def test_the_same_patients_admissions_and_stays_as_mimic_iv_star(built):
+    iv, star = built["mimic_iv"], built["mimic_iv_star"]
+    assert iv.execute("SELECT subject_id FROM patients ORDER BY subject_id").fetchall() == \
+        star.execute("SELECT patientid FROM demographics ORDER BY patientid").fetchall()
+    assert iv.execute("SELECT subject_id, hadm_id FROM admissions ORDER BY hadm_id").fetchall() == \
+        star.execute("SELECT patientid, admissionid FROM hospitaladmissions ORDER BY admissionid").fetchall()
+    assert iv.execute("SELECT hadm_id, stay_id FROM icustays ORDER BY stay_id").fetchall() == \
+        star.execute("SELECT admissionid, icuadmissionid FROM icuepisodes ORDER BY icuadmissionid").fetchall()
+    # the same codes per admission (MIMIC-IV* lowercases them) and the same lab values per item
+    assert iv.execute("SELECT hadm_id, LOWER(icd_code), icd_version FROM diagnoses_icd ORDER BY 1, 2").fetchall() == \
+        sorted(set(star.execute("SELECT admissionid, icdcode, codeversion FROM admissiondiagnoses").fetchall()))
+    assert iv.execute("SELECT hadm_id, itemid, valuenum FROM labevents ORDER BY 1, 2, 3").fetchall() == \
+        star.execute("SELECT admissionid, itemcode, resultvalue FROM labresults ORDER BY 1, 2, 3").fetchall()
+
+
+def test_mimic_iv_s_clock_and_age_convention(built):
+    """Each patient is moved by whole 52-week blocks; the age at an admission is anchor_age + its year -
+    anchor_year (ClinSQL's gold SQL computes it so), within a year of the world's age (birthdays); over 89 is 91."""
+    iv, star = built["mimic_iv"], built["mimic_iv_star"]
+    world = generate_world(SPEC.seed, SPEC.size)
+    ids = [i for (i,) in star.execute("SELECT patientid FROM demographics ORDER BY recordid")]
+    shifts = set()
+    for patient, subject in zip(world.mimic_patients(), ids):
+        anchor_age, anchor_year = iv.execute("SELECT anchor_age, anchor_year FROM patients WHERE subject_id = ?",
+                                             (subject,)).fetchone()
+        admits = [datetime.fromisoformat(t) for (t,) in iv.execute(
+            "SELECT admittime FROM admissions WHERE subject_id = ? ORDER BY admittime", (subject,))]
+        assert len(admits) == len(patient.admissions)
+        for a, admit in zip(patient.admissions, admits):
+            delta = admit - a.admit
+            assert delta.days % 364 == 0 and delta.seconds == 0
+            shifts.add(delta)
+            age = anchor_age + admit.year - anchor_year
+            assert (age == 91 + admit.year - anchor_year) if a.age > 89 else abs(age - a.age) <= 1
+        assert 2110 <= anchor_year <= 2215
+    assert len(shifts) > 5
+
+
+def test_items_labs_and_flags(built):
+    iv = built["mimic_iv"]
+    items = {i for (i,) in iv.execute("SELECT itemid FROM d_items")}
+    assert {220045, 220210, 220277, 220052, 223762} <= items
+    labs = dict(iv.execute("SELECT itemid, label FROM d_labitems"))
+    assert labs[50912] == "Creatinine" and labs[51003] == "Troponin T" and labs[50983] == "Sodium"
+    assert iv.execute("SELECT COUNT(*) FROM chartevents WHERE itemid = 220045").fetchone()[0] > 0
+    rows = iv.execute("SELECT valuenum, ref_range_lower, ref_range_upper, flag FROM labevents "
+                      "WHERE ref_range_lower > 0").fetchall()
+    assert rows and any(f == "abnormal" for *_, f in rows)
+    for value, lo, hi, flag in rows:                     # abnormal exactly outside the reference range (rounded)
+        if not (abs(value - lo) < 0.01 or abs(value - hi) < 0.01):
+            assert (flag == "abnormal") == (not lo <= value <= hi), (value, lo, hi, flag)
+    assert {u for (u,) in iv.execute("SELECT DISTINCT first_careunit FROM icustays")} <= {
+        "Medical Intensive Care Unit (MICU)", "Surgical Intensive Care Unit (SICU)",
+        "Cardiac Vascular Intensive Care Unit (CVICU)", "Coronary Care Unit (CCU)",
+        "Medical/Surgical Intensive Care Unit (MICU/SICU)", "Trauma SICU (TSICU)",
+        "Neuro Surgical Intensive Care Unit (Neuro SICU)"}
+
+
+def test_the_duckdb_copy_has_mimic_iv_s_schemas_and_types(built):
+    path = export_duckdb("mimic_iv", built["paths"]["mimic_iv"])
+    assert export_duckdb("mimic_iv", built["paths"]["mimic_iv"]) == path          # written once
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        tables = set(con.execute("SELECT table_schema || '.' || table_name FROM information_schema.tables").fetchall())
+        assert ("mimiciv_hosp.patients",) in tables and ("mimiciv_icu.chartevents",) in tables
+        for table, module in (("admissions", "hosp"), ("labevents", "hosp"), ("icustays", "icu")):
+            assert con.execute(f"SELECT COUNT(*) FROM mimiciv_{module}.{table}").fetchone() == \
+                built["mimic_iv"].execute(f"SELECT COUNT(*) FROM {table}").fetchone()
+        kinds = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                                 "WHERE table_name = 'admissions'").fetchall())
+        assert kinds["admittime"] == "TIMESTAMP" and kinds["hadm_id"] == "BIGINT"
+        los = con.execute("SELECT AVG(date_diff('hour', admittime, dischtime)) FROM mimiciv_hosp.admissions "
+                          "WHERE dischtime IS NOT NULL").fetchone()[0]
+        assert 24 <= los <= 24 * 12
+    finally:
+        con.close()
+
+
+def test_chunking_does_not_change_the_file(tmp_path):
+    from ehrbench.schemas.build import build_in_process
+
+    one = build_in_process("mimic_iv", SPEC, tmp_path / "one.sqlite", chunk_patients=10_000).read_bytes()
+    assert build_in_process("mimic_iv", SPEC, tmp_path / "four.sqlite", chunk_patients=7).read_bytes() == one
