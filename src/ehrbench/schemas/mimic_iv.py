@@ -26,7 +26,7 @@ import yaml
 from sqlalchemy import Column, Double, Integer, MetaData, Table, Text
 
 from ..world.generator import WorldSize
-from ..world.model import Patient
+from ..world.model import NOW, Patient
 from ..world.vocab import icd_diagnoses, vocabulary
 from . import ehrsql_mimic_iii, mimic_iv_star, treqs
 from .writer import Ids, Rows, fmt_time
@@ -106,11 +106,13 @@ def shift_of(seed: int, patient: Patient) -> timedelta:
 
 
 def anchor(seed: int, patient: Patient, shift: timedelta) -> tuple[int, int, str]:
-    """(anchor_age, anchor_year, anchor_year_group): the age in the shifted year of the first admission."""
-    first = patient.admissions[0]
-    age = first.age if first.age <= 89 else 91
+    """(anchor_age, anchor_year, anchor_year_group): the age in the shifted year of the first admission (of now,
+    for a patient never admitted)."""
+    when = patient.admissions[0].admit if patient.admissions else NOW
+    age = when.year - patient.dob.year - ((when.month, when.day) < (patient.dob.month, patient.dob.day))
+    age = age if age <= 89 else 91
     group = random.Random(f"{seed}/mimic-iv-year-group/{patient.index}").choice(spelling()["anchor_year_groups"])
-    return age, (first.admit + shift).year, group
+    return age, (when + shift).year, group
 
 
 def title(text: str) -> str:
@@ -171,7 +173,7 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
         t = lambda when: fmt_time(when + shift) if when else None  # noqa: E731
         day = lambda when: (when + shift).strftime("%Y-%m-%d")  # noqa: E731
         subject = ids.next("mimic/patients")
-        age, year, group = anchor(seed, p, shift) if p.admissions else (0, 2110, spelling()["anchor_year_groups"][0])
+        age, year, group = anchor(seed, p, shift)
         add("patients", subject_id=subject, gender=p.gender.upper(), anchor_age=age, anchor_year=year,
             anchor_year_group=group, dod=day(p.dod) if p.dod else None)
         for a in p.admissions:

@@ -1,0 +1,73 @@
+"""BigQuery SQL, as ClinSQL's models and gold queries write it, turned into DuckDB SQL for the local MIMIC-IV copy.
+
+sqlglot reads BigQuery and writes DuckDB; this module adds what it leaves for the caller, each a recorded step:
+- tables: `physionet-data.mimiciv_3_1_hosp.patients` (any MIMIC-IV version, with or without the project) is the
+  local `mimiciv_hosp.patients` (icu, derived, note and ed likewise);
+- `SAFE.` functions (`SAFE.LOG(x)`: NULL instead of an error) become DuckDB's `TRY(...)`;
+- `FORMAT('%.3f', x)`: BigQuery's printf-style format is DuckDB's `printf`, not its `format` ('{}' style);
+- APPROX_QUANTILES(x, n)[OFFSET(k)] becomes APPROX_QUANTILE(x, [0, 1/n, ...])[k + 1] (DuckDB lists count from 1);
+  both engines approximate, so results are compared with a tolerance, not exactly.
+A query sqlglot cannot read is the model's error, shown to it like an execution error (`TranspileError`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+
+MIMIC_DATASET = re.compile(r"^mimic_?iv(?:_\d+(?:_\d+)*)?_(hosp|icu|derived|note|ed)$", re.I)
+
+
+class TranspileError(ValueError):
+    """The query is not BigQuery SQL sqlglot can read: the model's error, reported as an execution error is."""
+
+
+@dataclass
+class Transpiled:
+    sql: str                                    # DuckDB SQL
+    steps: list[str] = field(default_factory=list)   # what was rewritten beyond sqlglot's own transpiling
+
+
+def _tables(tree: exp.Expression, steps: list[str]) -> None:
+    for table in tree.find_all(exp.Table):
+        match = MIMIC_DATASET.match(table.args["db"].name) if table.args.get("db") else None
+        if match:
+            local = f"mimiciv_{match.group(1).lower()}"
+            steps.append(f"table {'.'.join(p.name for p in table.parts)} -> {local}.{table.name}")
+            table.set("catalog", None)
+            table.set("db", exp.to_identifier(local))
+
+
+def _safe_functions(tree: exp.Expression, steps: list[str]) -> None:
+    for node in list(tree.find_all(exp.SafeFunc)):
+        steps.append(f"SAFE.{node.this.sql_name()} -> TRY")
+        node.replace(exp.Anonymous(this="TRY", expressions=[node.this]))
+
+
+def _printf_formats(tree: exp.Expression, steps: list[str]) -> None:
+    for node in list(tree.find_all(exp.Format)):
+        if isinstance(node.this, exp.Literal) and "%" in node.this.name:
+            steps.append("FORMAT('%...') -> printf")
+            node.replace(exp.Anonymous(this="printf", expressions=[node.this, *node.expressions]))
+
+
+def bigquery_to_duckdb(sql: str) -> Transpiled:
+    """DuckDB SQL for one BigQuery statement, and the steps taken."""
+    try:
+        trees = sqlglot.parse(sql, read="bigquery")
+    except sqlglot.errors.ParseError as e:
+        raise TranspileError(f"the query could not be read as BigQuery SQL: {e}") from None
+    trees = [t for t in trees if t is not None]
+    if len(trees) != 1:
+        raise TranspileError("You can only execute one statement at a time.")
+    steps: list[str] = []
+    tree = trees[0]
+    _tables(tree, steps)
+    _safe_functions(tree, steps)
+    _printf_formats(tree, steps)
+    try:
+        return Transpiled(tree.sql(dialect="duckdb"), steps)
+    except sqlglot.errors.SqlglotError as e:
+        raise TranspileError(f"the query could not be written as DuckDB SQL: {e}") from None
