@@ -127,3 +127,24 @@ def test_chunking_does_not_change_the_file(tmp_path):
 
     one = build_in_process("mimic_iv", SPEC, tmp_path / "one.sqlite", chunk_patients=10_000).read_bytes()
     assert build_in_process("mimic_iv", SPEC, tmp_path / "four.sqlite", chunk_patients=7).read_bytes() == one
+
+
+def test_the_guarded_duckdb_database_names_mimic_iv_s_schemas(built):
+    """The agent-facing DuckDB database (read-only, limited) sees tables in MIMIC-IV's schemas by qualified name."""
+    from ehrbench.db.duckdb_database import DuckDatabase
+    from ehrbench.db.limits import QueryError
+
+    db = DuckDatabase(export_duckdb("mimic_iv", built["paths"]["mimic_iv"]), "mimic_iv")
+    try:
+        names = db.table_names()
+        assert "mimiciv_hosp.patients" in names and "mimiciv_icu.chartevents" in names
+        assert db.column_names("mimiciv_hosp.patients")[:3] == ["subject_id", "gender", "anchor_age"]
+        info = db.table_info("mimiciv_icu.icustays")
+        assert "CREATE TABLE" in info and "stay_id" in info
+        units = db.distinct_values("mimiciv_icu.icustays", "first_careunit")
+        assert units and all(u.endswith(")") for u in units)          # MIMIC-IV's "... (MICU)" names
+        assert db.execute("SELECT COUNT(*) FROM mimiciv_hosp.patients").rows == [(30,)]
+        with pytest.raises(QueryError, match="read-only"):
+            db.execute("DROP TABLE mimiciv_hosp.patients")
+    finally:
+        db.close()

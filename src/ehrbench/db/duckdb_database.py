@@ -34,6 +34,11 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _table(name: str) -> str:
+    """A table as SQL names it: `patients`, or `mimiciv_hosp.patients` for one in a schema of its own."""
+    return ".".join(_quote(part) for part in name.split(".", 1))
+
+
 class _Schema:
     """Table and column lookups from `schema` (table -> [(column, type)]), read once: the file never changes."""
     schema: dict[str, list[tuple[str, str]]]
@@ -62,11 +67,13 @@ class DuckEngine(_Schema):
         self._local = threading.local()
         self._lock = threading.Lock()
         with self._connection_for_schema() as conn:
-            rows = conn.execute("SELECT table_name, column_name, data_type FROM information_schema.columns "
-                                "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position").fetchall()
+            rows = conn.execute(
+                "SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns "
+                "WHERE table_catalog = current_database() AND table_schema NOT IN ('information_schema', 'pg_catalog')"
+                " ORDER BY table_schema, table_name, ordinal_position").fetchall()
         self.schema: dict[str, list[tuple[str, str]]] = {}
-        for table, column, kind in rows:
-            self.schema.setdefault(table, []).append((column, kind))
+        for schema, table, column, kind in rows:      # tables outside `main` by their qualified name (MIMIC-IV's)
+            self.schema.setdefault(table if schema == "main" else f"{schema}.{table}", []).append((column, kind))
         self.execute = lru_cache(maxsize=cache_size)(self._execute)    # exceptions are not cached
         self.substring_values = lru_cache(maxsize=cache_size)(self._substring_values)
 
@@ -102,19 +109,19 @@ class DuckEngine(_Schema):
 
     def table_info(self, table: str, sample_rows: int = 3) -> str:
         self.column_names(table)
-        rows = self.execute(f"SELECT * FROM {_quote(table)} LIMIT {int(sample_rows)}").rows
+        rows = self.execute(f"SELECT * FROM {_table(table)} LIMIT {int(sample_rows)}").rows
         return create_table_text(TableShape(table, [(c, k, False) for c, k in self.schema[table]]), rows)
 
     # --- values ------------------------------------------------------------------------------------------------
     def _substring_values(self, table: str, column: str, value: str, k: int = 100) -> list:
         col = self._column(table, column)
-        sql = (f"SELECT DISTINCT {col} FROM {_quote(table)} WHERE {col} IS NOT NULL AND "
+        sql = (f"SELECT DISTINCT {col} FROM {_table(table)} WHERE {col} IS NOT NULL AND "
                f"contains(lower(CAST({col} AS VARCHAR)), lower(?)) LIMIT {int(k)}")
         return [r[0] for r in self._conn().execute(sql, [value]).fetchall()]
 
     def distinct_values(self, table: str, column: str) -> list[str]:
         col = self._column(table, column)
-        rows = self._conn().execute(f"SELECT DISTINCT {col} FROM {_quote(table)} WHERE {col} IS NOT NULL").fetchall()
+        rows = self._conn().execute(f"SELECT DISTINCT {col} FROM {_table(table)} WHERE {col} IS NOT NULL").fetchall()
         return sorted(str(r[0]) for r in rows)
 
     # --- agent SQL ---------------------------------------------------------------------------------------------
