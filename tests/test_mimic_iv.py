@@ -108,7 +108,7 @@ def test_the_duckdb_copy_has_mimic_iv_s_schemas_and_types(built):
     con = duckdb.connect(str(path), read_only=True)
     try:
         tables = set(con.execute("SELECT table_schema || '.' || table_name FROM information_schema.tables").fetchall())
-        assert ("mimiciv_hosp.patients",) in tables and ("mimiciv_icu.chartevents",) in tables
+        assert {("mimiciv_hosp.patients",), ("mimiciv_icu.chartevents",), ("mimiciv_derived.charlson",)} <= tables
         for table, module in (("admissions", "hosp"), ("labevents", "hosp"), ("icustays", "icu")):
             assert con.execute(f"SELECT COUNT(*) FROM mimiciv_{module}.{table}").fetchone() == \
                 built["mimic_iv"].execute(f"SELECT COUNT(*) FROM {table}").fetchone()
@@ -148,3 +148,39 @@ def test_the_guarded_duckdb_database_names_mimic_iv_s_schemas(built):
             db.execute("DROP TABLE mimiciv_hosp.patients")
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("codes, version, age, expected", [
+    # MI + diabetes with complications + metastasis (the severer forms count), 72 years old: 3 + 1 + 2 + 6
+    (["I252", "E1122", "C787", "I10"], 10, 72, {"myocardial_infarct": 1, "diabetes_with_cc": 1,
+                                              "metastatic_solid_tumor": 1, "charlson_comorbidity_index": 12}),
+    # heart failure, liver disease, diabetes without complications, 45 years old: 0 + 1 + 1 + 1
+    (["4280", "25000", "5715"], 9, 45, {"congestive_heart_failure": 1, "mild_liver_disease": 1,
+                                        "diabetes_without_cc": 1, "charlson_comorbidity_index": 3}),
+    # cancer and its metastasis count once, as the metastasis (6); mild and severe liver disease as severe (3)
+    (["1539", "1977", "5715", "4560"], 9, 81, {"malignant_cancer": 1, "metastatic_solid_tumor": 1,
+                                               "mild_liver_disease": 1, "severe_liver_disease": 1,
+                                               "charlson_comorbidity_index": 4 + 6 + 3}),
+    (["I10", "J189"], 10, 30, {"charlson_comorbidity_index": 0}),
+])
+def test_charlson_as_mimic_iv_s_derived_table_scores_it(codes, version, age, expected):
+    from ehrbench.schemas.mimic_iv import CHARLSON_CATEGORIES, charlson
+
+    got = charlson(codes, version, age)
+    assert {k: got[k] for k in expected} == expected
+    assert all(got[c] == 0 for c in CHARLSON_CATEGORIES if c not in expected)
+
+
+def test_derived_age_and_charlson_rows(built):
+    iv = built["mimic_iv"]
+    rows = iv.execute("""SELECT g.age, p.anchor_age + CAST(substr(a.admittime, 1, 4) AS INTEGER) - p.anchor_year,
+                                c.age_score, c.charlson_comorbidity_index
+                         FROM age g JOIN admissions a USING (hadm_id) JOIN patients p ON p.subject_id = a.subject_id
+                         JOIN charlson c USING (hadm_id)""").fetchall()
+    assert len(rows) == iv.execute("SELECT COUNT(*) FROM admissions").fetchone()[0]
+    assert all(age == formula for age, formula, *_ in rows)
+    assert all(index >= score for *_, score, index in rows) and any(index > score for *_, score, index in rows)
+    # a heart-failure admission (ICD-9 428x or ICD-10 I50x) is flagged
+    flagged = iv.execute("""SELECT MIN(c.congestive_heart_failure) FROM charlson c JOIN diagnoses_icd d USING (hadm_id)
+                            WHERE d.icd_code LIKE '428%' OR d.icd_code LIKE 'I50%'""").fetchone()[0]
+    assert flagged == 1

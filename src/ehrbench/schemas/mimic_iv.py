@@ -43,6 +43,46 @@ def spelling() -> dict:
     return yaml.safe_load(resources.files("ehrbench.world").joinpath("data", "mimic_iv.yaml").read_text())
 
 
+def _expand(prefixes: list[str]) -> tuple[str, ...]:
+    """ "430-438" -> 430, 431, ..., 438; "I60-I69" and "042-044" likewise (same letters, same width)."""
+    out = []
+    for item in prefixes:
+        if "-" not in item:
+            out.append(item)
+            continue
+        lo, hi = item.split("-")
+        head = lo.rstrip("0123456789")
+        width = len(lo) - len(head)
+        out += [f"{head}{n:0{width}d}" for n in range(int(lo[len(head):]), int(hi[len(head):]) + 1)]
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def charlson_table() -> dict:
+    """world/data/charlson.yaml with its ranges expanded: {category: {9: prefixes, 10: prefixes}}, weights, pairs."""
+    data = yaml.safe_load(resources.files("ehrbench.world").joinpath("data", "charlson.yaml").read_text())
+    data["prefixes"] = {c: {9: _expand(v["icd9"]), 10: _expand(v["icd10"])} for c, v in data["categories"].items()}
+    assert set(data["prefixes"]) == set(CHARLSON_CATEGORIES), "charlson.yaml: categories differ from the table's"
+    return data
+
+
+CHARLSON_CATEGORIES = ("myocardial_infarct", "congestive_heart_failure", "peripheral_vascular_disease",
+                       "cerebrovascular_disease", "dementia", "chronic_pulmonary_disease", "rheumatic_disease",
+                       "peptic_ulcer_disease", "mild_liver_disease", "diabetes_without_cc", "diabetes_with_cc",
+                       "paraplegia", "renal_disease", "malignant_cancer", "severe_liver_disease",
+                       "metastatic_solid_tumor", "aids")
+
+
+def charlson(codes: list[str], version: int, age: int) -> dict[str, int]:
+    """One admission's Charlson flags, age score and index, as MIMIC-IV's derived table computes them."""
+    table = charlson_table()
+    flags = {c: int(any(code.startswith(table["prefixes"][c][version]) for code in codes)) for c in CHARLSON_CATEGORIES}
+    age_score = next((score for bound, score in table["age_score"] if age <= bound), 4)
+    index = age_score + sum(w * flags[c] for c, w in table["weights"].items())
+    index += sum(max(w1 * flags[c1], w2 * flags[c2]) for c1, w1, c2, w2 in table["pairs"])
+    return {"age_score": age_score, **flags, "charlson_comorbidity_index": index}
+
+
 # Table -> columns (name, type), MIMIC-IV v3.1's order; the first column of a table without a natural key is a
 # row number the builder hands out (MIMIC-IV has labevent_id, microevent_id; the others get `row_id`).
 I, T, D = Integer, Text, Double
@@ -83,9 +123,14 @@ COLUMNS: dict[str, list[tuple[str, type]]] = {
                     ("itemid", I), ("amount", D), ("amountuom", T), ("ordercategoryname", T)],
     "outputevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("charttime", T), ("itemid", I),
                      ("value", D), ("valueuom", T)],
+    # mimiciv_derived, as mimic-code's concepts define them
+    "age": [("subject_id", I), ("hadm_id", I), ("admittime", T), ("anchor_age", I), ("anchor_year", I), ("age", I)],
+    "charlson": [("subject_id", I), ("hadm_id", I), ("age_score", I)] + [(c, I) for c in CHARLSON_CATEGORIES]
+                + [("charlson_comorbidity_index", I)],
 }
 MODULE = {name: "hosp" for name in COLUMNS} | {name: "icu" for name in ("icustays", "chartevents", "d_items",
-                                                                        "inputevents", "outputevents")}
+                                                                        "inputevents", "outputevents")} \
+    | {"age": "derived", "charlson": "derived"}
 OWN_KEY = {"labevents": "labevent_id", "microbiologyevents": "microevent_id"}
 
 
@@ -193,6 +238,9 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
             for seq, code in enumerate(codes, start=1):
                 used.add((code, a.icd_version))
                 add("diagnoses_icd", **base, seq_num=seq, icd_code=code, icd_version=a.icd_version)
+            admit_age = age + (a.admit + shift).year - year        # mimic-code's age: anchor_age + years since
+            add("age", **base, admittime=t(a.admit), anchor_age=age, anchor_year=year, age=admit_age)
+            add("charlson", **base, **charlson(list(codes), a.icd_version, admit_age))
             for seq, e in enumerate(a.procedures, start=1):
                 proc = v.all_procedures[e.key]
                 add("procedures_icd", **base, seq_num=seq, chartdate=day(e.time),
