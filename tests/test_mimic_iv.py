@@ -184,3 +184,30 @@ def test_derived_age_and_charlson_rows(built):
     flagged = iv.execute("""SELECT MIN(c.congestive_heart_failure) FROM charlson c JOIN diagnoses_icd d USING (hadm_id)
                             WHERE d.icd_code LIKE '428%' OR d.icd_code LIKE 'I50%'""").fetchone()[0]
     assert flagged == 1
+
+
+def test_services_follow_the_units_and_bedside_procedures_are_charted_in_their_stay(built):
+    iv = built["mimic_iv"]
+    assert iv.execute("SELECT COUNT(DISTINCT hadm_id) FROM services").fetchone() == \
+        iv.execute("SELECT COUNT(*) FROM admissions").fetchone()
+    firsts = iv.execute("SELECT hadm_id, prev_service FROM services s WHERE transfertime = "
+                        "(SELECT MIN(transfertime) FROM services WHERE hadm_id = s.hadm_id)").fetchall()
+    assert all(prev is None for _, prev in firsts)
+    assert {s for (s,) in iv.execute("SELECT DISTINCT curr_service FROM services")} <= \
+        {"MED", "SURG", "CSURG", "CMED", "TSURG", "NSURG", "NMED", "OMED"}
+    # a coronary care unit stay is a cardiology (CMED) service at the time the stay begins
+    ccu = iv.execute("""SELECT COUNT(*), SUM(EXISTS (SELECT 1 FROM services s WHERE s.hadm_id = i.hadm_id
+                                                     AND s.curr_service = 'CMED'))
+                        FROM icustays i WHERE first_careunit = 'Coronary Care Unit (CCU)'""").fetchone()
+    assert ccu[0] == ccu[1]
+    events = iv.execute("""SELECT p.starttime, p.endtime, i.intime, COALESCE(i.outtime, '9999'), p.itemid, p.value
+                           FROM procedureevents p JOIN icustays i USING (stay_id)""").fetchall()
+    assert events and {225752} & {e[4] for e in events}                  # arterial lines are charted
+    for start, end, intime, outtime, itemid, minutes in events:
+        assert intime <= start <= end <= outtime
+        assert minutes == round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds() / 60)
+    # a charted ventilation is a coded ventilation of the same admission
+    vent = iv.execute("""SELECT COUNT(*) FROM procedureevents p WHERE itemid = 225792 AND NOT EXISTS (
+                           SELECT 1 FROM procedures_icd c WHERE c.hadm_id = p.hadm_id
+                           AND c.icd_code IN ('9671', '9672', '5A1935Z', '5A1955Z'))""").fetchone()[0]
+    assert vent == 0

@@ -123,13 +123,21 @@ COLUMNS: dict[str, list[tuple[str, type]]] = {
                     ("itemid", I), ("amount", D), ("amountuom", T), ("ordercategoryname", T)],
     "outputevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("charttime", T), ("itemid", I),
                      ("value", D), ("valueuom", T)],
+    "procedureevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("caregiver_id", I), ("starttime", T),
+                        ("endtime", T), ("storetime", T), ("itemid", I), ("value", D), ("valueuom", T),
+                        ("location", T), ("locationcategory", T), ("orderid", I), ("linkorderid", I),
+                        ("ordercategoryname", T), ("ordercategorydescription", T), ("patientweight", D),
+                        ("isopenbag", I), ("continueinnextdept", I), ("statusdescription", T),
+                        ("originalamount", D), ("originalrate", D)],
+    "services": [("subject_id", I), ("hadm_id", I), ("transfertime", T), ("prev_service", T), ("curr_service", T)],
     # mimiciv_derived, as mimic-code's concepts define them
     "age": [("subject_id", I), ("hadm_id", I), ("admittime", T), ("anchor_age", I), ("anchor_year", I), ("age", I)],
     "charlson": [("subject_id", I), ("hadm_id", I), ("age_score", I)] + [(c, I) for c in CHARLSON_CATEGORIES]
                 + [("charlson_comorbidity_index", I)],
 }
 MODULE = {name: "hosp" for name in COLUMNS} | {name: "icu" for name in ("icustays", "chartevents", "d_items",
-                                                                        "inputevents", "outputevents")} \
+                                                                        "inputevents", "outputevents",
+                                                                        "procedureevents")} \
     | {"age": "derived", "charlson": "derived"}
 OWN_KEY = {"labevents": "labevent_id", "microbiologyevents": "microevent_id"}
 
@@ -198,6 +206,11 @@ def render_shared(seed: int, size: WorldSize, dictionary: str, used: set, rows: 
     for key, spec in sorted(v.all_labs.items(), key=lambda kv: kv[1]["mimic_id"]):
         label, fluid, category = lab_item(spec, key)
         rows.add("d_labitems", itemid=spec["mimic_id"], label=label, fluid=fluid, category=category)
+    for item in sorted({i["itemid"]: i for i in spelling()["procedure_items"].values()}.values(),
+                       key=lambda i: i["itemid"]):
+        rows.add("d_items", itemid=item["itemid"], label=item["label"], abbreviation=item["label"],
+                 linksto="procedureevents", category=item["category"], unitname="min", param_type="Processes",
+                 lownormalvalue=None, highnormalvalue=None)
     for group, linksto, category in ((v.vitals, "chartevents", "Routine Vital Signs"),
                                      (v.inputs, "inputevents", "Fluids/Intake"),
                                      (v.outputs, "outputevents", "Output")):
@@ -206,6 +219,27 @@ def render_shared(seed: int, size: WorldSize, dictionary: str, used: set, rows: 
                      abbreviation=title(item["abbreviation"]), linksto=linksto, category=category,
                      unitname=item["unit"], param_type="Numeric",
                      lownormalvalue=None, highnormalvalue=None)
+
+
+def _procedure_events(add, icu: dict, a, stay, t) -> None:
+    """The stay's bedside procedures MIMIC-IV charts in procedureevents (ventilation, lines, dialysis, imaging), with
+    their durations in minutes; those done outside the stay are in procedures_icd only."""
+    items, end_of_stay = spelling()["procedure_items"], stay.outtime or NOW
+    for e in a.procedures:
+        if e.key not in items or not stay.intime <= e.time < end_of_stay:
+            continue
+        rng = random.Random(f"procedureevent/{icu['stay_id']}/{e.key}/{e.time:%Y%m%d%H%M}")
+        hours = {"mechanical ventilation short": rng.uniform(12, 90),
+                 "mechanical ventilation long": rng.uniform(96, 200),
+                 "continuous renal replacement": rng.uniform(24, 72)}.get(e.key, rng.uniform(0.2, 1.0))
+        end = min(e.time + timedelta(hours=hours), end_of_stay)
+        minutes = round((end - e.time).total_seconds() / 60)
+        add("procedureevents", **icu, caregiver_id=None, starttime=t(e.time), endtime=t(end), storetime=t(end),
+            itemid=items[e.key]["itemid"], value=float(minutes), valueuom="min", location=None, locationcategory=None,
+            orderid=None, linkorderid=None, ordercategoryname=items[e.key]["category"],
+            ordercategorydescription="Task" if minutes < 120 else "ContinuousProcess", patientweight=stay.weight_kg,
+            isopenbag=0, continueinnextdept=0, statusdescription="FinishedRunning", originalamount=float(minutes),
+            originalrate=None)
 
 
 def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) -> set:
@@ -269,9 +303,9 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                                charttime=t(mi.time), spec_itemid=None, spec_type_desc=spec["mimic_specimen"].upper(),
                                test_name=spec["mimic_test"].upper(),
                                org_name=mi.organism.upper() if mi.organism else None, interpretation=None)
-            moves: list[tuple[str, str, datetime, datetime | None]] = []
+            moves: list[tuple[str, str | None, datetime, datetime | None]] = []     # world units, lowercase
             if a.wards and a.wards[0][0] == "emergency department":
-                moves.append(("ED", "Emergency Department", a.wards[0][1], a.wards[0][2]))
+                moves.append(("ED", "emergency department", a.wards[0][1], a.wards[0][2]))
             for stay in a.icu_stays:
                 sid = ids.next("mimic/icustays")
                 los = ((stay.outtime - stay.intime).total_seconds() / 86400) if stay.outtime else None
@@ -294,13 +328,19 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                         spec = v.outputs[f.item]
                         add("outputevents", **icu, charttime=t(f.time), itemid=spec["mimic_id"], value=f.amount,
                             valueuom=spec["unit"])
-                moves.append(("admit" if not moves else "transfer", title(stay.first_unit), stay.intime, stay.outtime))
+                _procedure_events(add, icu, a, stay, t)
+                moves.append(("admit" if not moves else "transfer", stay.first_unit, stay.intime, stay.outtime))
             for unit, tin, tout in a.wards:
                 if unit != "emergency department":
-                    moves.append(("admit" if not moves else "transfer", title(unit), tin, tout))
+                    moves.append(("admit" if not moves else "transfer", unit, tin, tout))
             if a.discharge is not None:
                 moves.append(("discharge", None, a.discharge, None))
+            service = None
             for kind, unit, tin, tout in moves:
-                add("transfers", **base, transfer_id=ids.next("mimic/transfers"), eventtype=kind, careunit=unit,
-                    intime=t(tin), outtime=t(tout))
+                add("transfers", **base, transfer_id=ids.next("mimic/transfers"), eventtype=kind,
+                    careunit=title(unit) if unit else None, intime=t(tin), outtime=t(tout))
+                if unit and spelling()["services"][unit] != service:       # a row each time the service changes
+                    add("services", **base, transfertime=t(tin), prev_service=service,
+                        curr_service=spelling()["services"][unit])
+                    service = spelling()["services"][unit]
     return used
