@@ -211,3 +211,38 @@ def test_services_follow_the_units_and_bedside_procedures_are_charted_in_their_s
                            SELECT 1 FROM procedures_icd c WHERE c.hadm_id = p.hadm_id
                            AND c.icd_code IN ('9671', '9672', '5A1935Z', '5A1955Z'))""").fetchone()[0]
     assert vent == 0
+
+
+def test_notes_say_what_the_tables_hold(built):
+    """Discharge summaries: one per admission discharged alive, dated as the admission, the course's numbers the
+    admission's own lab peaks, the discharge medications among its prescriptions; radiology reports: one per chest
+    radiograph or head CT, a pneumonia's film showing consolidation."""
+    import re
+
+    iv = built["mimic_iv"]
+    alive = iv.execute("SELECT COUNT(*) FROM admissions WHERE dischtime IS NOT NULL AND hospital_expire_flag = 0")
+    assert iv.execute("SELECT COUNT(*) FROM discharge").fetchone() == alive.fetchone()
+    peaks = 0
+    for hadm, text, charttime in iv.execute("SELECT hadm_id, text, charttime FROM discharge"):
+        dischtime = iv.execute("SELECT dischtime FROM admissions WHERE hadm_id = ?", (hadm,)).fetchone()[0]
+        assert f"Discharge Date:   {dischtime[:10]}" in text and charttime == dischtime
+        for label, itemid in (("troponin T peaked at", 51003), ("creatinine peaked at", 50912)):
+            if match := re.search(label + r" ([\d.]+)", text):
+                peak = iv.execute("SELECT MAX(valuenum) FROM labevents WHERE hadm_id = ? AND itemid = ?",
+                                  (hadm, itemid)).fetchone()[0]
+                assert float(match.group(1)) == pytest.approx(peak)
+                peaks += 1
+        drugs = {d for (d,) in iv.execute("SELECT drug FROM prescriptions WHERE hadm_id = ?", (hadm,))}
+        section = text.split("Discharge Medications:\n")[1].split("\n \n")[0]
+        for line in section.splitlines():
+            if line != "None.":
+                name = re.match(r"\d+\. (.+?) [\d.]+ ", line).group(1)
+                assert name in drugs, (name, drugs)
+    assert peaks > 0
+    films = iv.execute("SELECT COUNT(*) FROM radiology").fetchone()[0]
+    coded = iv.execute("SELECT COUNT(*) FROM procedures_icd WHERE icd_code IN ('8744', 'BW03ZZZ', '8703', 'B020ZZZ')")
+    assert films == coded.fetchone()[0] > 0
+    pneumonia = iv.execute("""SELECT r.text FROM radiology r WHERE r.text LIKE '%CHEST%' AND EXISTS (SELECT 1 FROM
+                              diagnoses_icd d WHERE d.hadm_id = r.hadm_id AND d.icd_code IN ('486', 'J189'))""")
+    texts = [text for (text,) in pneumonia]
+    assert texts and all("consolidation" in text for text in texts)

@@ -28,7 +28,7 @@ from sqlalchemy import Column, Double, Integer, MetaData, Table, Text
 from ..world.generator import WorldSize
 from ..world.model import NOW, Patient
 from ..world.vocab import icd_diagnoses, vocabulary
-from . import ehrsql_mimic_iii, mimic_iv_star, treqs
+from . import ehrsql_mimic_iii, mimic_iv_notes, mimic_iv_star, treqs
 from .writer import Ids, Rows, fmt_time
 
 DB_ID = "mimic_iv"
@@ -130,6 +130,11 @@ COLUMNS: dict[str, list[tuple[str, type]]] = {
                         ("isopenbag", I), ("continueinnextdept", I), ("statusdescription", T),
                         ("originalamount", D), ("originalrate", D)],
     "services": [("subject_id", I), ("hadm_id", I), ("transfertime", T), ("prev_service", T), ("curr_service", T)],
+    # mimiciv_note
+    "discharge": [("note_id", T), ("subject_id", I), ("hadm_id", I), ("note_type", T), ("note_seq", I),
+                  ("charttime", T), ("storetime", T), ("text", T)],
+    "radiology": [("note_id", T), ("subject_id", I), ("hadm_id", I), ("note_type", T), ("note_seq", I),
+                  ("charttime", T), ("storetime", T), ("text", T)],
     # mimiciv_derived, as mimic-code's concepts define them
     "age": [("subject_id", I), ("hadm_id", I), ("admittime", T), ("anchor_age", I), ("anchor_year", I), ("age", I)],
     "charlson": [("subject_id", I), ("hadm_id", I), ("age_score", I)] + [(c, I) for c in CHARLSON_CATEGORIES]
@@ -138,7 +143,7 @@ COLUMNS: dict[str, list[tuple[str, type]]] = {
 MODULE = {name: "hosp" for name in COLUMNS} | {name: "icu" for name in ("icustays", "chartevents", "d_items",
                                                                         "inputevents", "outputevents",
                                                                         "procedureevents")} \
-    | {"age": "derived", "charlson": "derived"}
+    | {"age": "derived", "charlson": "derived", "discharge": "note", "radiology": "note"}
 OWN_KEY = {"labevents": "labevent_id", "microbiologyevents": "microevent_id"}
 
 
@@ -242,6 +247,24 @@ def _procedure_events(add, icu: dict, a, stay, t) -> None:
             originalrate=None)
 
 
+def _notes(add, base: dict, p: Patient, a, age: int, service: str, seq: dict, t) -> None:
+    """The admission's radiology reports (chest radiographs, head CTs) and, once discharged alive, its summary."""
+    subject = base["subject_id"]
+    for e in a.procedures:
+        if e.key in mimic_iv_notes.RADIOLOGY:
+            seq["RR"] += 1
+            add("radiology", **base, note_id=f"{subject}-RR-{seq['RR']}", note_type="RR", note_seq=seq["RR"],
+                charttime=t(e.time), storetime=t(e.time + timedelta(hours=2)),
+                text=mimic_iv_notes.radiology_text(p, a, e.key, age))
+    if a.discharge is not None and not a.died:
+        seq["DS"] += 1
+        when = t(a.discharge)
+        add("discharge", **base, note_id=f"{subject}-DS-{seq['DS']}", note_type="DS", note_seq=seq["DS"],
+            charttime=when, storetime=t(a.discharge + timedelta(hours=6)),
+            text=mimic_iv_notes.discharge_text(p, a, age, spelling()["service_names"][service], p.gender.upper(),
+                                               t(a.admit)[:10], when[:10]))
+
+
 def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) -> set:
     """A chunk of patients' rows; returns the (ICD code, version) pairs of their diagnoses, for the dictionary."""
     v = vocabulary()
@@ -255,6 +278,7 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
         age, year, group = anchor(seed, p, shift)
         add("patients", subject_id=subject, gender=p.gender.upper(), anchor_age=age, anchor_year=year,
             anchor_year_group=group, dod=day(p.dod) if p.dod else None)
+        note_seq = {"DS": 0, "RR": 0}
         for a in p.admissions:
             hadm = ids.next("mimic/admissions")
             ed = a.wards[0] if a.wards and a.wards[0][0] == "emergency department" else None
@@ -335,7 +359,7 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                     moves.append(("admit" if not moves else "transfer", unit, tin, tout))
             if a.discharge is not None:
                 moves.append(("discharge", None, a.discharge, None))
-            service = None
+            service, first_service = None, None
             for kind, unit, tin, tout in moves:
                 add("transfers", **base, transfer_id=ids.next("mimic/transfers"), eventtype=kind,
                     careunit=title(unit) if unit else None, intime=t(tin), outtime=t(tout))
@@ -343,4 +367,6 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                     add("services", **base, transfertime=t(tin), prev_service=service,
                         curr_service=spelling()["services"][unit])
                     service = spelling()["services"][unit]
+                    first_service = first_service or service
+            _notes(add, base, p, a, admit_age, first_service or "MED", note_seq, t)
     return used
