@@ -92,5 +92,5 @@ def radiology_text(p: Patient, a: Admission, procedure: str, age: int) -> str:
     found = [phrases()[region][k] for k in dict.fromkeys(_curated(a)) if k in phrases()[region]]
     impression = " ".join(found) or phrases()[f"{region}_normal"]
     sex = "woman" if p.gender == "f" else "man"
-    return "\n".join([f"EXAMINATION:  {exam}", "", f"INDICATION:  ___ year old {sex} ({age}) with {chief_complaint(a)}.",
-                      "", "COMPARISON:  None.", "", f"FINDINGS:  {impression}", "", f"IMPRESSION:  {impression}", ""])
+    return "\n".join([f"EXAMINATION:  {exam}", "",
+                      f"INDICATION:  ___ year old {sex} ({age}) with {chief_complaint(a)}.", "", "COMPARISON:  None.", "", f"FINDINGS:  {impression}", "", f"IMPRESSION:  {impression}", ""])
