@@ -93,4 +93,5 @@ def radiology_text(p: Patient, a: Admission, procedure: str, age: int) -> str:
     impression = " ".join(found) or phrases()[f"{region}_normal"]
     sex = "woman" if p.gender == "f" else "man"
     return "\n".join([f"EXAMINATION:  {exam}", "",
-                      f"INDICATION:  ___ year old {sex} ({age}) with {chief_complaint(a)}.", "", "COMPARISON:  None.", "", f"FINDINGS:  {impression}", "", f"IMPRESSION:  {impression}", ""])
+                      f"INDICATION:  ___ year old {sex} ({age}) with {chief_complaint(a)}.", "",
+                      "COMPARISON:  None.", "", f"FINDINGS:  {impression}", "", f"IMPRESSION:  {impression}", ""])
