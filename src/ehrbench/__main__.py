@@ -101,20 +101,28 @@ def select_tasks(tasks: list, limit: int | None) -> list:
 # --- step 2: databases --------------------------------------------------------------------------------------------
 def prepare_databases(resources: Resources, conf: RunConfig) -> dict[str, str]:
     """db id -> file: the user's own (`data.<db>.path`, schema checked) or built from the synthetic world (cached;
-    a new one is built in patient chunks as Ray tasks across the cluster)."""
+    a new one is built in patient chunks as Ray tasks across the cluster); written again as DuckDB for the
+    renderings a benchmark hosts in DuckDB (`Resources.duckdb`)."""
     from .schemas import WorldSpec, build_database, check_database_file
+    from .schemas.duckdb_export import check_duckdb_file, export_duckdb
     from .world.generator import WorldSize
 
     paths = {}
     spec = WorldSpec(seed=conf.data.seed, size=WorldSize(scale=conf.data.scale), dictionary=conf.data.dictionary)
     for db_id in resources.databases:
+        duck = db_id in resources.duckdb
         if db_id in conf.data.files:
-            check_database_file(db_id, conf.data.files[db_id])
-            paths[db_id] = conf.data.files[db_id]
-            log.info("database %s: your file %s", db_id, paths[db_id])
+            own = conf.data.files[db_id]
+            if duck and not own.endswith((".duckdb", ".ddb")):
+                raise ConfigurationError(f"data.{db_id}.path={own!r}: {db_id} is queried in DuckDB; point it at a "
+                                         "DuckDB file (.duckdb) with the mimiciv_* schemas (README, ClinSQL)")
+            check_duckdb_file(db_id, own) if duck else check_database_file(db_id, own)
+            paths[db_id] = own
+            log.info("database %s: your file %s", db_id, own)
         else:
             log.info("database %s: building or reusing", db_id)
-            paths[db_id] = str(build_database(db_id, spec, Path(conf.data.root), on_ray=True))
+            built = build_database(db_id, spec, Path(conf.data.root), on_ray=True)
+            paths[db_id] = str(export_duckdb(db_id, built) if duck else built)
     return paths
 
 

@@ -7,7 +7,7 @@ builds its own instance from them (`benchmarks.load`), so nothing but plain data
 
 What a benchmark says:
 - `tasks()`: its tasks (anything with a `key`, report `groups` ordered coarse to fine, and `to_json()`);
-- `resources()`: the world's database renderings it queries, the text columns to embed for similarity search and
+- `resources()`: the world's database renderings it queries (SQLite files, or DuckDB ones exported from them), the text columns to embed for similarity search and
   whether its agents share a memory, which the runtime hosts as Ray actors (`DatabaseShard`, `ValueIndexActor`,
   `MemoryActor`) and hands back as `Hosts`;
 - `resolve_tasks(...)`: optional: tasks whose answers come from the run's databases (a question file without
@@ -71,6 +71,7 @@ class Resources:
     """What the runtime hosts for a benchmark: database renderings of the world, the columns to embed, and a
     run-wide memory (one `MemoryActor`: items its scorers return in `Score.memory`, read back by later trials)."""
     databases: tuple[str, ...] = ()                              # db ids (`schemas.SCHEMAS`)
+    duckdb: tuple[str, ...] = ()                                 # of those, the ones hosted as DuckDB files
     indexed_columns: dict[str, dict[str, list[str]]] = field(default_factory=dict)   # db -> table -> columns
     memory: bool = False
 

@@ -17,6 +17,7 @@ from ..llm.base import ConfigurationError
 BENCHMARKS = {
     "ehrchatqa": "ehrbench.benchmarks.ehrchatqa.benchmark:EhrChatQA",
     "ehragent": "ehrbench.benchmarks.ehragent.benchmark:EhrAgentBenchmark",
+    "clinsql": "ehrbench.benchmarks.clinsql.benchmark:ClinSqlBenchmark",
 }
 
 

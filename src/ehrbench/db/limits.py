@@ -35,6 +35,7 @@ class QueryResult:
     rows: list[tuple]
     total: int          # rows the query produced (counted up to `count_cap`)
     capped: bool        # True when counting stopped at the cap
+    columns: tuple[str, ...] = ()   # the result's column names (a result table's header, as ClinSQL saves it)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def fetch_bounded(cursor, keep: int, count_cap: int, limits: QueryLimits,
         if sum(value_bytes(v) for row in rows for v in row) > limits.max_result_bytes:
             raise QueryError(f"query stopped: the {len(rows)} rows kept are larger than the "
                              f"{limits.max_result_bytes:,}-byte limit on a result")
-    return QueryResult(rows=rows, total=total, capped=total >= count_cap)
+    columns = tuple(d[0] for d in cursor.description or ())
+    return QueryResult(rows=rows, total=total, capped=total >= count_cap, columns=columns)
 
 
 def _check_value_sizes(row, limits: QueryLimits) -> list[int]:

@@ -59,3 +59,32 @@ def export_duckdb(db_id: str, sqlite_path: Path) -> Path:
         src.close()
     os.replace(tmp, path)
     return path
+
+
+def check_duckdb_file(db_id: str, path: str | Path) -> None:
+    """A user's own DuckDB file (e.g. MIMIC-IV built with mimic-code's DuckDB scripts) must hold every table and
+    column of the rendering in its module's schema (extra ones are fine; the builder's row numbers are not needed)."""
+    from ..llm.base import ConfigurationError
+
+    module = SCHEMAS[db_id]
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+        try:
+            found: dict[str, set[str]] = {}
+            for schema, table, column in con.execute("SELECT table_schema, table_name, column_name "
+                                                     "FROM information_schema.columns").fetchall():
+                found.setdefault(f"{schema}.{table}", set()).add(column)
+        finally:
+            con.close()
+    except duckdb.Error as e:
+        raise ConfigurationError(f"data.{db_id}.path={str(path)!r}: not a readable DuckDB database ({e})") from None
+    for table in module.metadata().sorted_tables:
+        name = f"{SCHEMA_PREFIX}{module.MODULE[table.name]}.{table.name}"
+        if name not in found:
+            raise ConfigurationError(f"data.{db_id}.path={str(path)!r}: table {name} is missing; the file must have "
+                                     f"MIMIC-IV's modules as schemas mimiciv_hosp, mimiciv_icu, mimiciv_derived "
+                                     "(charlson, age) and mimiciv_note (README, ClinSQL)")
+        missing = [c.name for c in table.columns if c.name != "row_id" and c.name not in found[name]]
+        if missing:
+            raise ConfigurationError(f"data.{db_id}.path={str(path)!r}: table {name} lacks column(s) "
+                                     f"{', '.join(missing)}")

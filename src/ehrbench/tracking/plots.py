@@ -41,3 +41,25 @@ def category_bars(values: dict[str, float], path: Path, title: str, ylabel: str 
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def grouped_bars(values: dict[str, dict[str, float]], path: Path, title: str, ylabel: str = "score") -> Path:
+    """values: group (x axis, in order) -> series -> value; one bar per series in each group (0-100 scale)."""
+    groups = list(values)
+    series = list(dict.fromkeys(s for g in groups for s in values[g]))
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(groups)), 4))
+    for i, name in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(groups))]
+        bars = ax.bar(xs, [values[g].get(name, 0.0) for g in groups], width, label=name, color=f"C{i % 10}")
+        ax.bar_label(bars, fmt="%.1f", fontsize=7)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

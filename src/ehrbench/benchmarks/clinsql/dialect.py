@@ -11,12 +11,14 @@ A query sqlglot cannot read is the model's error, shown to it like an execution 
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 
 import sqlglot
 from sqlglot import exp
 
+logging.getLogger("sqlglot").setLevel(logging.ERROR)   # "Applying array index offset" on every OFFSET(k)
 MIMIC_DATASET = re.compile(r"^mimic_?iv(?:_\d+(?:_\d+)*)?_(hosp|icu|derived|note|ed)$", re.I)
 
 

@@ -1,0 +1,34 @@
+WITH cohort AS (
+  SELECT DISTINCT a.hadm_id, a.admittime, a.dischtime, a.hospital_expire_flag
+  FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
+  JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
+    ON p.subject_id = a.subject_id
+  JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
+    ON a.hadm_id = d.hadm_id
+  WHERE p.gender = 'M'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 56 AND 66
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '038%' OR d.icd_code LIKE '99591%' OR d.icd_code LIKE '99592%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'A40%' OR d.icd_code LIKE 'A41%' OR d.icd_code LIKE 'R652%')))
+),
+instability AS (
+  SELECT
+    c.hadm_id, c.admittime, c.dischtime, c.hospital_expire_flag,
+    COUNTIF(le.flag = 'abnormal') AS abnormal_results
+  FROM cohort AS c
+  LEFT JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
+    ON c.hadm_id = le.hadm_id
+    AND le.charttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 48 HOUR)
+  GROUP BY c.hadm_id, c.admittime, c.dischtime, c.hospital_expire_flag
+),
+ranked AS (
+  SELECT *, NTILE(4) OVER (ORDER BY abnormal_results, hadm_id) AS quartile
+  FROM instability
+)
+SELECT
+  IF(quartile = 4, 'top quartile', 'lower three quartiles') AS instability_group,
+  COUNT(*) AS num_admissions,
+  ROUND(AVG(abnormal_results), 2) AS mean_abnormal_results,
+  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
+  ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days
+FROM ranked
+GROUP BY instability_group
+ORDER BY instability_group;

@@ -1,0 +1,9 @@
+SELECT
+  APPROX_QUANTILES(DATETIME_DIFF(rx.stoptime, rx.starttime, HOUR) / 24.0, 100)[OFFSET(50)] AS duration_days_median
+FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
+JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
+  ON p.subject_id = rx.subject_id
+WHERE p.gender = 'F'
+  AND p.anchor_age BETWEEN 49 AND 59
+  AND LOWER(rx.drug) LIKE '%vancomycin%'
+  AND rx.stoptime > rx.starttime;

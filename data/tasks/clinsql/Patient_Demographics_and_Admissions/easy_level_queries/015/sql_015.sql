@@ -1,0 +1,8 @@
+SELECT
+  APPROX_QUANTILES(DATETIME_DIFF(a.dischtime, a.admittime, HOUR) / 24.0, 100)[OFFSET(75)] AS p75_los_days
+FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
+JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
+  ON p.subject_id = a.subject_id
+WHERE p.gender = 'F'
+  AND p.anchor_age BETWEEN 57 AND 67
+  AND a.admission_type IN ('EU OBSERVATION', 'OBSERVATION ADMIT', 'DIRECT OBSERVATION', 'AMBULATORY OBSERVATION');

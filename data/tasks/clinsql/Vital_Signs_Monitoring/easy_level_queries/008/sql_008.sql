@@ -1,0 +1,19 @@
+WITH first_values AS (
+  SELECT
+    ce.stay_id,
+    ce.valuenum,
+    ROW_NUMBER() OVER (PARTITION BY ce.stay_id ORDER BY ce.charttime) AS rn
+  FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
+  JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
+    ON p.subject_id = i.subject_id
+  JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
+    ON i.stay_id = ce.stay_id
+  WHERE p.gender = 'M'
+    AND p.anchor_age BETWEEN 77 AND 87
+    AND ce.itemid = 220181
+    AND ce.valuenum IS NOT NULL
+)
+SELECT
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_value_median
+FROM first_values
+WHERE rn = 1;

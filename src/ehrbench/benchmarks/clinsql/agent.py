@@ -1,0 +1,65 @@
+"""ClinSQL's inference protocol as an agent: chain of thought, then self-refinement only on an execution error.
+
+The first model call gets the chain-of-thought prompt (schema, question); the SQL in its reply
+(`clean_sql_response`) is executed through the tool. If it fails (a BigQuery-to-DuckDB transpile error counts), a
+fresh prompt with the schema, the question, the previous SQL and the error asks for a fix, up to
+`max_refinements` times (the original: 2, so 3 attempts). A query that runs ends the trial, even with no rows, as
+in the original; so does a reply with no SQL in it. Every call is one fresh prompt, not a conversation.
+
+`ReferenceAgent` is the oracle: it executes the gold SQL and answers with it.
+"""
+from __future__ import annotations
+
+from ...llm.base import ChatRequest
+from ...llm.usage import MeteredModel
+from ...trial import Message, ToolCall
+from .prompts import clean_sql_response, generation_prompt, refinement_prompt
+from .tools import TOOL
+
+
+def _attempts(history: list[Message]) -> list[tuple[str, str]]:
+    """(sql, observation) of each executed attempt so far."""
+    calls = {m.tool_call.id: m.tool_call.arguments.get("sql", "") for m in history if m.is_tool_call}
+    return [(calls.get(m.tool_call_id, ""), m.content or "") for m in history if m.role == "tool"]
+
+
+def _final(sql: str, text: str = "") -> Message:
+    return Message("assistant", f"{text}\n\n```sql\n{sql}\n```".strip() if sql else (text or "(no SQL)"))
+
+
+class ClinSqlAgent:
+    def __init__(self, model: MeteredModel, schema: str | None, max_refinements: int = 2, seed: int | None = None,
+                 max_tokens: int | None = None):
+        self.model, self.schema, self.max_refinements, self.seed = model, schema, max_refinements, seed
+        self.max_tokens = max_tokens
+
+    async def act(self, history: list[Message]) -> Message:
+        question = history[0].content or ""
+        done = _attempts(history)
+        if done:
+            sql, observation = done[-1]
+            if not observation.startswith("Error:") or len(done) > self.max_refinements:
+                return _final(sql)
+            prompt = refinement_prompt(question, sql, observation[len("Error:"):].strip(), self.schema)
+        else:
+            prompt = generation_prompt(question, self.schema)
+        response = await self.model.complete(ChatRequest([Message("user", prompt)], temperature=0.0, seed=self.seed,
+                                                         max_tokens=self.max_tokens))
+        sql = clean_sql_response(response.text or "")
+        if not sql:                         # the original stops here: "Failed to generate SQL"
+            return Message("assistant", response.text or "(no SQL)", finish_reason=response.finish_reason)
+        return Message("assistant", response.text, tool_call=ToolCall(TOOL, {"sql": sql}, f"call_{len(done) + 1}"),
+                       finish_reason=response.finish_reason)
+
+
+class ReferenceAgent:
+    """Executes the gold SQL, then answers with it."""
+
+    def __init__(self, gold_sql: str, scripted):
+        self.gold_sql, self.scripted = gold_sql, scripted
+
+    async def act(self, history: list[Message]) -> Message:
+        await self.scripted()
+        if not _attempts(history):
+            return Message("assistant", None, tool_call=ToolCall(TOOL, {"sql": self.gold_sql}, "call_1"))
+        return _final(self.gold_sql, "The gold query ran.")
