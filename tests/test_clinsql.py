@@ -1,0 +1,285 @@
+"""ClinSQL: the project's task set, the loader, the grading pieces, the inference protocol, and the main job (the
+reference scores 100 offline; the real agent and the LLM grader through the fake server)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from ehrbench.benchmark import TaskFileError
+from ehrbench.benchmarks.clinsql import rubric
+from ehrbench.benchmarks.clinsql.agent import ClinSqlAgent
+from ehrbench.benchmarks.clinsql.grading import (Candidate, LlmGrader, ResultsChecker, offline_sql_decisions,
+                                                 parents, read_verdict, sql_equivalent)
+from ehrbench.benchmarks.clinsql.prompts import clean_sql_response
+from ehrbench.benchmarks.clinsql.tasks import DIFFICULTIES, SCENARIOS, load_task, load_tasks
+from ehrbench.llm.base import ChatResponse
+from ehrbench.trial import InfrastructureError, Message, run_trial
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT_TASKS = ROOT / "data" / "tasks" / "clinsql"
+SCALE = 2          # the tests' world: ~200 patients, enough for a cohort per template
+
+
+@pytest.fixture(scope="module")
+def small_world(tmp_path_factory):
+    """A scale-2 world's MIMIC-IV (built once) and one task per scenario and difficulty authored on it."""
+    from ehrbench.benchmarks.clinsql.authoring import main
+
+    base = tmp_path_factory.mktemp("clinsql")
+    main(["--out", str(base / "tasks"), "--scale", str(SCALE), "--root", str(base / "gen"), "--per-cell", "1"])
+    return base
+
+
+# --- the project's task set -------------------------------------------------------------------------------------
+def test_the_project_task_set_has_every_scenario_and_difficulty_in_clinsqls_shape():
+    tasks = load_tasks(PROJECT_TASKS)
+    assert len(tasks) >= 300
+    cells = {(t.scenario, t.difficulty) for t in tasks}
+    assert cells == {(s, d) for s in SCENARIOS for d in DIFFICULTIES}
+    for t in tasks:
+        assert {c.requirements for c in t.sql_tree.sub_tasks} >= {"Patient Cohort Construction",
+                                                                  "Database Integration"}
+        assert any(leaf.critical for leaf in t.sql_tree.leaves())
+        assert "–" in t.question and "physionet-data.mimiciv_3_1_hosp" in t.gold_sql
+        # the reference result passes every results leaf the checker reads: ranges contain the gold values
+        gold = Candidate(t.gold_sql, True, t.gold_columns, list(t.gold_rows))
+        checker, up = ResultsChecker(t.gold_columns, t.gold_rows, gold), parents(t.results_tree)
+        decisions = [checker.decide(leaf, up.get(leaf.id)) for leaf in t.results_tree.leaves()]
+        assert all(d.score == 1.0 for d in decisions), (t.key, [d for d in decisions if d.score != 1.0])
+    manifest = json.loads((PROJECT_TASKS / "manifest.json").read_text())
+    assert manifest["world"] == {"seed": 0, "scale": 10.0} and manifest["tasks"] == len(tasks)
+
+
+def test_a_task_folder_missing_a_file_names_the_file(tmp_path):
+    source = next(p for p in (PROJECT_TASKS / SCENARIOS[0] / "easy_level_queries").iterdir())
+    folder = tmp_path / SCENARIOS[0] / "easy_level_queries" / source.name
+    shutil.copytree(source, folder)
+    (folder / f"result_{source.name}.csv").unlink()
+    with pytest.raises(TaskFileError, match=rf"result_{source.name}\.csv: missing \(the gold result\)"):
+        load_tasks(tmp_path)
+    shutil.copy(source / f"result_{source.name}.csv", folder)
+    (folder / "sql_rubric_tree.json").write_text('{"id": "x", "sub_tasks": []}')
+    with pytest.raises(TaskFileError, match=r"sql_rubric_tree\.json: root: `requirements` must be"):
+        load_task(folder, SCENARIOS[0], "easy")
+
+
+# --- grading ----------------------------------------------------------------------------------------------------
+def _task():
+    return load_tasks(PROJECT_TASKS)[len(load_tasks(PROJECT_TASKS)) // 2]
+
+
+def _decide(task, candidate):
+    checker, up = ResultsChecker(task.gold_columns, task.gold_rows, candidate), parents(task.results_tree)
+    return {leaf.id: checker.decide(leaf, up.get(leaf.id)) for leaf in task.results_tree.leaves()}
+
+
+def test_the_checker_fails_failed_empty_renamed_null_and_out_of_range_results():
+    task = _task()
+    cols, rows = task.gold_columns, [list(r) for r in task.gold_rows]
+    failed = _decide(task, Candidate("SELECT 1", False, error="boom"))
+    assert failed["csv-file-exists"].score == 0 and rubric.score(task.results_tree, {
+        k: d.score for k, d in failed.items()}) == 0.0
+    empty = _decide(task, Candidate("SELECT 1", True, cols, []))
+    assert empty["csv-file-exists"].score == 0                     # the original could credit this one
+    numeric = next(c for c in cols if f"{c}-acceptable" in _decide(task, Candidate("", True, cols, rows)))
+    i = cols.index(numeric)
+    renamed = _decide(task, Candidate("", True, tuple(c.upper() for c in cols), rows))   # case is not a rename
+    assert renamed[f"{numeric}-exists"].score == 1
+    fewer = _decide(task, Candidate("", True, cols[:i] + cols[i + 1:], [r[:i] + r[i + 1:] for r in rows]))
+    assert fewer[f"{numeric}-exists"].score == 0 and fewer[f"{numeric}-acceptable"].score == 0
+    far = _decide(task, Candidate("", True, cols, [r[:i] + [str(float(r[i]) * 50 + 1e6)] + r[i + 1:] for r in rows]))
+    assert far[f"{numeric}-acceptable"].score == 0 and "outside" in far[f"{numeric}-acceptable"].rationale
+    nulls = _decide(task, Candidate("", True, cols, [r[:i] + [None] + r[i + 1:] for r in rows]))
+    assert nulls["no-null-empty-values"].score == 0
+
+
+def test_the_offline_sql_grader_passes_only_the_gold_syntax_tree():
+    task = _task()
+    reformatted = "-- a comment\n" + " ".join(task.gold_sql.split())
+    for keyword in ("SELECT", "FROM", "WHERE", "JOIN", "AND", "BETWEEN", " AS "):
+        reformatted = reformatted.replace(keyword, keyword.lower())
+    assert sql_equivalent(reformatted, task.gold_sql)
+    sex = "'M'" if "'M'" in task.gold_sql else "'F'"
+    changed = task.gold_sql.replace(sex, "'X'")
+    assert changed != task.gold_sql and not sql_equivalent(changed, task.gold_sql)
+    assert {d.score for d in offline_sql_decisions(task.sql_tree, changed, task.gold_sql)} == {0.0}
+    assert not sql_equivalent("this is not sql", task.gold_sql)
+
+
+def test_grader_replies_are_read_strictly():
+    assert read_verdict("Score: 1\nExplanation: joins on subject_id") == (1.0, "joins on subject_id")
+    assert read_verdict("**Score:** 0.0\nExplanation: no age filter")[0] == 0.0
+    assert read_verdict("I would give this a 1 because it is fine") is None   # the original counted it as 1
+    assert read_verdict("") is None
+
+
+class StubModel:
+    """Answers from a list, recording each prompt."""
+
+    def __init__(self, *texts):
+        self.texts, self.prompts = list(texts), []
+
+    async def complete(self, request):
+        self.prompts.append(request.messages[-1].content)
+        return ChatResponse(text=self.texts.pop(0))
+
+
+def test_an_unreadable_grader_reply_is_asked_again_then_fails_never_passes():
+    task = _task()
+    leaf = next(task.sql_tree.leaves())
+    twice = LlmGrader(StubModel("Looks right to me, 1", "Score: 0\nExplanation: wrong cohort"))
+    assert asyncio.run(twice.decide(leaf, "p")).score == 0.0
+    never = LlmGrader(StubModel("maybe 1", "still 1?"))
+    with pytest.raises(InfrastructureError, match="no readable 'Score: 0\\|1' after 2 tries"):
+        asyncio.run(never.decide(leaf, "p"))
+
+
+# --- the inference protocol -------------------------------------------------------------------------------------
+def test_sql_is_found_in_replies_as_the_original_finds_it():
+    assert clean_sql_response("Reasoning...\n```sql\nSELECT 1\n```\nthen\n```sql\nSELECT 2\n```") == "SELECT 2;"
+    assert clean_sql_response("Reasoning: use patients.\nSQL:\nWITH x AS (SELECT 1) SELECT * FROM x") == \
+        "WITH x AS (SELECT 1) SELECT * FROM x;"
+    assert clean_sql_response("I cannot answer.") == "I cannot answer.;"    # the original's own behaviour
+    assert clean_sql_response("   ") == ""
+
+
+class ErrorThenRows:
+    """A tool that fails the first `failures` queries, then runs."""
+
+    def __init__(self, failures):
+        self.failures, self.seen = failures, []
+
+    async def call(self, name, arguments):
+        self.seen.append(arguments["sql"])
+        if len(self.seen) <= self.failures:
+            return "Error: Binder Error: column anchor_agee not found"
+        return "Query ran: 1 rows\nn\n3\n"
+
+
+@pytest.mark.parametrize("failures, attempts", [(0, 1), (1, 2), (2, 3), (5, 3)])
+def test_self_refinement_runs_only_after_an_execution_error_and_at_most_twice(failures, attempts):
+    replies = [f"Reasoning {i}\n```sql\nSELECT {i}\n```" for i in range(5)]
+    model, tools = StubModel(*replies), ErrorThenRows(failures)
+    record = asyncio.run(run_trial("t", 0, ClinSqlAgent(model, "SCHEMA", max_refinements=2), None, tools,
+                                   lambda r: asyncio.sleep(0, 1.0), opening="How many?"))
+    assert len(tools.seen) == attempts == len(model.prompts)
+    assert "Clinical question:\n\"How many?\"" in model.prompts[0] and "SCHEMA" in model.prompts[0]
+    for i, prompt in enumerate(model.prompts[1:]):         # each refinement: previous SQL and its error
+        assert f"```sql\nSELECT {i};\n```" in prompt and "column anchor_agee not found" in prompt
+    assert record.termination == "answered"
+    assert record.messages[-1]["content"].endswith(f"```sql\nSELECT {attempts - 1};\n```")
+
+
+def test_a_reply_without_sql_ends_the_trial_without_executing():
+    tools = ErrorThenRows(0)
+    record = asyncio.run(run_trial("t", 0, ClinSqlAgent(StubModel("  "), None), None, tools,
+                                   lambda r: asyncio.sleep(0, 0.0), opening="q"))
+    assert tools.seen == [] and record.termination == "answered"
+
+
+# --- the tool: BigQuery through sqlglot into the guarded DuckDB ----------------------------------------------------
+def test_the_tool_transpiles_runs_and_refuses(small_world):
+    from ehrbench.benchmarks.clinsql.tools import BigQueryTools
+    from ehrbench.db import open_database
+    from ehrbench.runtime.hosts import LocalHost
+
+    [duck] = list((small_world / "gen").glob("mimic_iv-*.duckdb"))
+    db = open_database(duck, "mimic_iv")
+    try:
+        tools = BigQueryTools(LocalHost(db), timeout_s=20, max_rows=50)
+        ok = asyncio.run(tools.call("execute_bigquery", {"sql": "SELECT COUNTIF(gender = 'M') AS men FROM "
+                                                                "`physionet-data.mimiciv_3_1_hosp.patients`"}))
+        assert ok.startswith("Query ran: 1 rows\nmen\n") and tools.last.executed and tools.last.columns == ("men",)
+        assert tools.dialect_paths[-1][1] == "table physionet-data.mimiciv_3_1_hosp.patients -> mimiciv_hosp.patients"
+        bad = asyncio.run(tools.call("execute_bigquery", {"sql": "SELEC nothing FROM"}))
+        assert bad.startswith("Error: ") and not tools.last.executed
+        drop = asyncio.run(tools.call("execute_bigquery", {"sql": "DROP TABLE mimiciv_hosp.patients"}))
+        assert drop.startswith("Error: ") and not tools.last.executed
+        big = asyncio.run(tools.call("execute_bigquery", {"sql": "SELECT subject_id FROM "
+                                                                 "`physionet-data.mimiciv_3_1_hosp.patients`"}))
+        assert "more than 50 rows" in big and not tools.last.executed
+    finally:
+        db.close()
+
+
+# --- the main job -----------------------------------------------------------------------------------------------
+def _main(args, cwd=ROOT, timeout=600):
+    return subprocess.run([sys.executable, "-m", "ehrbench", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_the_reference_scores_100_on_both_scores_through_ray_and_mlflow(small_world, ray_cluster, tmp_path):
+    store = tmp_path / "mlruns"
+    out = _main(["benchmark=clinsql", f"benchmark.task_dir={small_world / 'tasks'}", f"data.scale={SCALE}",
+                 "trials=1", f"data.root={small_world / 'gen'}", f"tracking.root={store}",
+                 f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["clinsql"], output_format="list")
+    m = run.data.metrics
+    assert m["sql_score"] == m["exec_score"] == 100.0 and m["trials_valid"] == 18
+    assert m["easy/sql_score"] == m["hard/exec_score"] == m["Vital_Signs_Monitoring/exec_score"] == 100.0
+    assert m["leaf_pass/sql/Patient_Cohort_Construction"] == 100.0
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    assert {"results_table.txt", "scores_by_difficulty.png"} <= artifacts
+    [trace, *_] = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list", max_results=5)
+    leaves = [a for a in trace.info.assessments if a.name.startswith(("sql/", "results/"))]
+    assert leaves and {a.source.source_type for a in leaves} == {"CODE"} and all(a.value == 1.0 for a in leaves)
+
+
+def test_tasks_authored_for_another_world_stop_the_run_at_start(small_world, tmp_path):
+    out = _main(["benchmark=clinsql", f"benchmark.task_dir={small_world / 'tasks'}", "data.scale=3",
+                 f"data.root={tmp_path / 'gen'}", f"tracking.root={tmp_path / 'mlruns'}"], timeout=120)
+    assert out.returncode != 0
+    assert "manifest.json: these tasks' gold results come from the world seed 0 scale 2.0" in out.stderr
+    assert "python -m ehrbench.benchmarks.clinsql.authoring --seed 0 --scale 3" in out.stderr
+
+
+def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_cluster, tmp_path):
+    from .fake_llm_server import FakeLLMServer, Reply
+
+    tasks = load_tasks(small_world / "tasks")
+    task = next(t for t in tasks if t.difficulty == "easy")
+    one = tmp_path / "tasks"
+    shutil.copytree(small_world / "tasks" / task.scenario / "easy_level_queries" / task.task_id,
+                    one / task.scenario / "easy_level_queries" / task.task_id)
+    shutil.copy(small_world / "tasks" / "manifest.json", one)
+    wrong = task.gold_sql.replace("p.anchor_age", "p.anchor_agee", 1)
+    n_sql = len(list(task.sql_tree.leaves()))
+    server = FakeLLMServer().start()
+    try:
+        server.push(Reply(text=f"Reasoning: first try.\n```sql\n{wrong}\n```"),
+                    Reply(text=f"Reasoning: the column is anchor_age.\n```sql\n{task.gold_sql}\n```"), model="gpt-4o")
+        server.push(Reply(text="Seems fine, 1"),               # unreadable: that leaf is asked again
+                    *[Reply(text="Score: 1\nExplanation: matches the requirement.") for _ in range(n_sql)],
+                    model="gemini-2.5-flash")
+        store = tmp_path / "mlruns"
+        out = _main(["benchmark=clinsql", f"benchmark.task_dir={one}", f"data.scale={SCALE}", "trials=1",
+                     "model=gpt-4o", f"model.base_url={server.url}/v1", "grader=gemini-2.5-flash",
+                     f"+grader.model.base_url={server.url}", f"data.root={small_world / 'gen'}",
+                     f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
+                     f"hydra.run.dir={tmp_path / 'out'}"])
+        agent_prompts = [r.body["messages"][-1]["content"] for r in server.requests_for("gpt-4o")]
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(agent_prompts) == 2 and "anchor_agee" in agent_prompts[1] and "failed to run" in agent_prompts[1]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run] = mlflow.search_runs(experiment_names=["clinsql"], output_format="list")
+    m = run.data.metrics
+    assert m["sql_score"] == m["exec_score"] == 100.0
+    assert (m["calls/agent"], m["calls/grader"]) == (2, n_sql + 1) and m["input_tokens/grader"] == 10 * (n_sql + 1)
+    [trace] = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list")
+    judged = [a for a in trace.info.assessments if a.name.startswith("sql/")]
+    assert len(judged) == n_sql and {a.source.source_type for a in judged} == {"LLM_JUDGE"}
+    assert {a.rationale for a in judged} == {"matches the requirement."}
+    results = [a for a in trace.info.assessments if a.name.startswith("results/")]
+    assert results and {a.source.source_type for a in results} == {"CODE"}
