@@ -101,6 +101,19 @@ def test_the_checker_fails_failed_empty_renamed_null_and_out_of_range_results():
     assert nulls["no-null-empty-values"].score == 0
 
 
+def test_columns_match_by_name_then_by_a_free_position_and_ranges_read_in_every_spelling():
+    from ehrbench.benchmarks.clinsql.rubric import Node
+
+    checker = ResultsChecker(("a", "b"), [("1", "2")], Candidate("", True, ("b", "c"), [(2, 5)]))
+    assert checker.candidate_index("b") == 0 and checker.candidate_index("a") is None   # "b" is taken by name
+    assert ResultsChecker(("a", "b"), [], Candidate("", True, ("x", "y"), [])).candidate_index("b") == 1
+    one = ResultsChecker(("n",), [("5",)], Candidate("", True, ("n",), [(1500,)]))
+    for text, score in (("Values are in the acceptable range (1,000 to 5,000).", 1.0),
+                        ("Clinically plausible (e.g., 0–365 days).", 0.0), ("Acceptable (1 to 1e+06).", 1.0),
+                        ("Acceptable (1.5 to 2.5).", 0.0)):
+        assert one.decide(Node("n-acceptable", text), None).score == score, text
+
+
 def test_the_offline_sql_grader_passes_only_the_gold_syntax_tree():
     task = _task()
     reformatted = "-- a comment\n" + " ".join(task.gold_sql.split())
@@ -112,12 +125,14 @@ def test_the_offline_sql_grader_passes_only_the_gold_syntax_tree():
     assert changed != task.gold_sql and not sql_equivalent(changed, task.gold_sql)
     assert {d.score for d in offline_sql_decisions(task.sql_tree, changed, task.gold_sql)} == {0.0}
     assert not sql_equivalent("this is not sql", task.gold_sql)
+    assert not sql_equivalent(task.gold_sql.rstrip(";") + "; SELECT 1", task.gold_sql)
 
 
 def test_grader_replies_are_read_strictly():
     assert read_verdict("Score: 1\nExplanation: joins on subject_id") == (1.0, "joins on subject_id")
     assert read_verdict("**Score:** 0.0\nExplanation: no age filter")[0] == 0.0
     assert read_verdict("I would give this a 1 because it is fine") is None   # the original counted it as 1
+    assert read_verdict("Score: 0.5\nExplanation: partly") is None            # leaves are 0 or 1
     assert read_verdict("") is None
 
 

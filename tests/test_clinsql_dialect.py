@@ -84,7 +84,8 @@ def test_struct_unnest_for_age_strata(world):
     assert [label for label, _ in rows] == ["18-49", "50-120"] and sum(n for _, n in rows) == 60
 
 
-@pytest.mark.parametrize("sql", ["SELEC COUNT(*) FROM t", "SELECT 1; SELECT 2", "SELECT (1"])
+@pytest.mark.parametrize("sql", ["SELEC COUNT(*) FROM t", "SELECT 1; SELECT 2", "SELECT (1",
+                                 "SELECT * FROM d WHERE long_title LIKE '%Parkinson's disease%'"])   # a TokenError
 def test_what_cannot_be_read_is_the_model_s_error(sql):
     with pytest.raises(TranspileError):
         bigquery_to_duckdb(sql)

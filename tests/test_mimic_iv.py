@@ -27,6 +27,18 @@ MIMIC_IV_COLUMNS = {
                   "priority", "comments"],
     "chartevents": ["subject_id", "hadm_id", "stay_id", "caregiver_id", "charttime", "storetime", "itemid", "value",
                     "valuenum", "valueuom", "warning"],
+    "inputevents": ["subject_id", "hadm_id", "stay_id", "caregiver_id", "starttime", "endtime", "storetime", "itemid",
+                    "amount", "amountuom", "rate", "rateuom", "orderid", "linkorderid", "ordercategoryname",
+                    "secondaryordercategoryname", "ordercomponenttypedescription", "ordercategorydescription",
+                    "patientweight", "totalamount", "totalamountuom", "isopenbag", "continueinnextdept",
+                    "statusdescription", "originalamount", "originalrate"],
+    "outputevents": ["subject_id", "hadm_id", "stay_id", "caregiver_id", "charttime", "storetime", "itemid", "value",
+                     "valueuom"],
+    "microbiologyevents": ["microevent_id", "subject_id", "hadm_id", "micro_specimen_id", "order_provider_id",
+                           "chartdate", "charttime", "spec_itemid", "spec_type_desc", "test_seq", "storedate",
+                           "storetime", "test_itemid", "test_name", "org_itemid", "org_name", "isolate_num",
+                           "quantity", "ab_itemid", "ab_name", "dilution_text", "dilution_comparison",
+                           "dilution_value", "interpretation", "comments"],
 }
 
 
@@ -246,3 +258,80 @@ def test_notes_say_what_the_tables_hold(built):
                               diagnoses_icd d WHERE d.hadm_id = r.hadm_id AND d.icd_code IN ('486', 'J189'))""")
     texts = [text for (text,) in pneumonia]
     assert texts and all("consolidation" in text for text in texts)
+
+
+def test_orders_pharmacy_and_emar_are_linked_as_in_mimic_iv(built):
+    """Each prescription has its pharmacy row (same pharmacy_id, poe_id, times) and its administrations in emar at
+    the frequency's interval, within the order."""
+    c = built["mimic_iv"]
+    prescriptions = c.execute("SELECT pharmacy_id, poe_id, starttime, stoptime, drug, doses_per_24_hrs "
+                              "FROM prescriptions").fetchall()
+    pharmacy = {r[0]: r[1:] for r in c.execute("SELECT pharmacy_id, poe_id, starttime, stoptime, medication, "
+                                                "doses_per_24_hrs FROM pharmacy")}
+    assert prescriptions and len(pharmacy) == len(prescriptions)
+    assert all(pharmacy[r[0]] == r[1:] for r in prescriptions)
+    rows = c.execute("SELECT e.pharmacy_id, e.scheduletime, e.event_txt, p.starttime, p.stoptime, p.doses_per_24_hrs "
+                     "FROM emar e JOIN pharmacy p USING (pharmacy_id) ORDER BY e.pharmacy_id, e.emar_seq").fetchall()
+    assert {r[2] for r in rows} == {"Administered", "Not Given"}
+    assert all(r[3] <= r[1] <= r[4] for r in rows)
+    by_order: dict = {}
+    for pid, when, *_, per_day in rows:
+        by_order.setdefault((pid, per_day), []).append(datetime.fromisoformat(when))
+    gaps = {(b - a).total_seconds() / 3600 * per_day for (pid, per_day), times in by_order.items()
+            for a, b in zip(times, times[1:])}
+    assert gaps == {24.0}                       # consecutive doses are 24 h / doses-per-day apart
+
+
+def test_drg_codes_follow_the_principal_diagnosis(built):
+    """seq_num 1 is the reason for the admission (an acute condition when there is one), and its DRG is coded."""
+    from ehrbench.schemas.mimic_iv import spelling
+    from ehrbench.world.vocab import vocabulary
+
+    c, v = built["mimic_iv"], vocabulary()
+    acute = {k for k, cond in v.conditions.items() if cond.acute}
+    codes = {(cond.icd9 if ver == 9 else cond.icd10): k for k, cond in v.conditions.items() for ver in (9, 10)}
+    principal = dict(c.execute("SELECT hadm_id, icd_code FROM diagnoses_icd WHERE seq_num = 1"))
+    coded = dict(c.execute("SELECT hadm_id, group_concat(icd_code) FROM diagnoses_icd GROUP BY hadm_id"))
+    for hadm, code in principal.items():
+        has_acute = any(codes.get(x) in acute for x in coded[hadm].split(","))
+        assert (codes.get(code) in acute) == has_acute
+    drg = spelling()["drg"]
+    rows = c.execute("SELECT d.hadm_id, d.drg_type, d.drg_code, d.drg_severity, x.icd_code FROM drgcodes d "
+                     "JOIN diagnoses_icd x ON x.hadm_id = d.hadm_id AND x.seq_num = 1").fetchall()
+    assert {r[1] for r in rows} == {"HCFA", "APR"}
+    for hadm, kind, code, severity, first in rows:
+        if codes.get(first) in drg:             # the principal diagnosis has a DRG: it is the one coded
+            assert code == drg[codes[first]]["hcfa" if kind == "HCFA" else "apr"][0]
+        assert (severity is None) == (kind == "HCFA") and (severity is None or 1 <= severity <= 4)
+
+
+def test_outpatient_measurements_and_datetime_items(built):
+    c = built["mimic_iv"]
+    omr = c.execute("SELECT result_name, result_value FROM omr").fetchall()
+    assert {n for n, _ in omr} == {"Blood Pressure", "Weight (Lbs)", "Height (Inches)", "BMI (kg/m2)"}
+    bmi = [float(v) for n, v in omr if n == "BMI (kg/m2)"]
+    assert bmi and all(12 <= b <= 75 for b in bmi)
+    assert all("/" in v and 50 < int(v.split("/")[0]) < 250 for n, v in omr if n == "Blood Pressure")
+    # a dialysis catheter is charted as inserted within an hour before dialysis starts in the stay
+    inserted = c.execute("""SELECT d.charttime, MIN(p.starttime) FROM datetimeevents d JOIN procedureevents p
+                            ON p.stay_id = d.stay_id AND p.itemid IN (225441, 225802, 225805)
+                            WHERE d.itemid = 225322 GROUP BY d.stay_id, d.charttime""").fetchall()
+    dialysed = c.execute("SELECT COUNT(DISTINCT stay_id) FROM procedureevents "
+                         "WHERE itemid IN (225441, 225802, 225805)").fetchone()[0]
+    assert dialysed and len(inserted) == dialysed
+    assert all((datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() == 3600 for a, b in inserted)
+    linked = c.execute("SELECT DISTINCT d.itemid, i.linksto FROM datetimeevents d JOIN d_items i USING (itemid)")
+    assert all(linksto == "datetimeevents" for _, linksto in linked)
+
+
+def test_a_stay_through_the_emergency_department_is_admitted_after_it(built):
+    """transfers: the ED row, then `admit` for the first unit (what eventtype = 'admit' queries find), then moves."""
+    c = built["mimic_iv"]
+    rows = c.execute("SELECT hadm_id, eventtype FROM transfers ORDER BY hadm_id, intime, transfer_id").fetchall()
+    events: dict = {}
+    for hadm, kind in rows:
+        events.setdefault(hadm, []).append(kind)
+    assert any(k[0] == "ED" for k in events.values())
+    for kinds in events.values():
+        inside = [k for k in kinds if k not in ("ED", "discharge")]
+        assert inside[:1] == ["admit"] and set(inside[1:]) <= {"transfer"}, kinds

@@ -46,7 +46,9 @@ def export_duckdb(db_id: str, sqlite_path: Path) -> Path:
         for table in module.metadata().sorted_tables:
             columns = [c for c in table.columns if c.name != "row_id"]
             target = f"{SCHEMA_PREFIX}{module.MODULE[table.name]}.{table.name}"
-            declared = ", ".join(f"{c.name} {duck_type(c.name, str(c.type))}" for c in columns)
+            own = getattr(module, "DUCK_TYPES", {})
+            declared = ", ".join(f"{c.name} {own.get((table.name, c.name)) or duck_type(c.name, str(c.type))}"
+                                 for c in columns)
             con.execute(f"CREATE TABLE {target} ({declared})")
             cursor = src.execute(f"SELECT {', '.join(c.name for c in columns)} FROM {table.name} ORDER BY rowid")
             names = [c.name for c in columns]

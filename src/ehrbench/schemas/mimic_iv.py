@@ -111,18 +111,27 @@ COLUMNS: dict[str, list[tuple[str, type]]] = {
                       ("dose_val_rx", T), ("dose_unit_rx", T), ("form_val_disp", T), ("form_unit_disp", T),
                       ("doses_per_24_hrs", D), ("route", T)],
     "microbiologyevents": [("microevent_id", I), ("subject_id", I), ("hadm_id", I), ("micro_specimen_id", I),
-                           ("chartdate", T), ("charttime", T), ("spec_itemid", I), ("spec_type_desc", T),
-                           ("test_name", T), ("org_name", T), ("interpretation", T)],
+                           ("order_provider_id", T), ("chartdate", T), ("charttime", T), ("spec_itemid", I),
+                           ("spec_type_desc", T), ("test_seq", I), ("storedate", T), ("storetime", T),
+                           ("test_itemid", I), ("test_name", T), ("org_itemid", I), ("org_name", T),
+                           ("isolate_num", I), ("quantity", T), ("ab_itemid", I), ("ab_name", T),
+                           ("dilution_text", T), ("dilution_comparison", T), ("dilution_value", D),
+                           ("interpretation", T), ("comments", T)],
     "icustays": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("first_careunit", T), ("last_careunit", T),
                  ("intime", T), ("outtime", T), ("los", D)],
     "chartevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("caregiver_id", I), ("charttime", T),
                     ("storetime", T), ("itemid", I), ("value", T), ("valuenum", D), ("valueuom", T), ("warning", I)],
     "d_items": [("itemid", I), ("label", T), ("abbreviation", T), ("linksto", T), ("category", T), ("unitname", T),
                 ("param_type", T), ("lownormalvalue", D), ("highnormalvalue", D)],
-    "inputevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("starttime", T), ("endtime", T),
-                    ("itemid", I), ("amount", D), ("amountuom", T), ("ordercategoryname", T)],
-    "outputevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("charttime", T), ("itemid", I),
-                     ("value", D), ("valueuom", T)],
+    "inputevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("caregiver_id", I), ("starttime", T),
+                    ("endtime", T), ("storetime", T), ("itemid", I), ("amount", D), ("amountuom", T), ("rate", D),
+                    ("rateuom", T), ("orderid", I), ("linkorderid", I), ("ordercategoryname", T),
+                    ("secondaryordercategoryname", T), ("ordercomponenttypedescription", T),
+                    ("ordercategorydescription", T), ("patientweight", D), ("totalamount", D),
+                    ("totalamountuom", T), ("isopenbag", I), ("continueinnextdept", I), ("statusdescription", T),
+                    ("originalamount", D), ("originalrate", D)],
+    "outputevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("caregiver_id", I), ("charttime", T),
+                     ("storetime", T), ("itemid", I), ("value", D), ("valueuom", T)],
     "procedureevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("caregiver_id", I), ("starttime", T),
                         ("endtime", T), ("storetime", T), ("itemid", I), ("value", D), ("valueuom", T),
                         ("location", T), ("locationcategory", T), ("orderid", I), ("linkorderid", I),
@@ -130,6 +139,19 @@ COLUMNS: dict[str, list[tuple[str, type]]] = {
                         ("isopenbag", I), ("continueinnextdept", I), ("statusdescription", T),
                         ("originalamount", D), ("originalrate", D)],
     "services": [("subject_id", I), ("hadm_id", I), ("transfertime", T), ("prev_service", T), ("curr_service", T)],
+    "pharmacy": [("subject_id", I), ("hadm_id", I), ("pharmacy_id", I), ("poe_id", T), ("starttime", T),
+                 ("stoptime", T), ("medication", T), ("proc_type", T), ("status", T), ("entertime", T),
+                 ("verifiedtime", T), ("route", T), ("frequency", T), ("disp_sched", T), ("infusion_type", T),
+                 ("sliding_scale", T), ("doses_per_24_hrs", D), ("duration", D), ("duration_interval", T),
+                 ("dispensation", T), ("fill_quantity", T)],
+    "emar": [("subject_id", I), ("hadm_id", I), ("emar_id", T), ("emar_seq", I), ("poe_id", T), ("pharmacy_id", I),
+             ("enter_provider_id", T), ("charttime", T), ("medication", T), ("event_txt", T), ("scheduletime", T),
+             ("storetime", T)],
+    "omr": [("subject_id", I), ("chartdate", T), ("seq_num", I), ("result_name", T), ("result_value", T)],
+    "drgcodes": [("subject_id", I), ("hadm_id", I), ("drg_type", T), ("drg_code", T), ("description", T),
+                 ("drg_severity", I), ("drg_mortality", I)],
+    "datetimeevents": [("subject_id", I), ("hadm_id", I), ("stay_id", I), ("caregiver_id", I), ("charttime", T),
+                       ("storetime", T), ("itemid", I), ("value", T), ("valueuom", T), ("warning", I)],
     # mimiciv_note
     "discharge": [("note_id", T), ("subject_id", I), ("hadm_id", I), ("note_type", T), ("note_seq", I),
                   ("charttime", T), ("storetime", T), ("text", T)],
@@ -142,9 +164,10 @@ COLUMNS: dict[str, list[tuple[str, type]]] = {
 }
 MODULE = {name: "hosp" for name in COLUMNS} | {name: "icu" for name in ("icustays", "chartevents", "d_items",
                                                                         "inputevents", "outputevents",
-                                                                        "procedureevents")} \
+                                                                        "procedureevents", "datetimeevents")} \
     | {"age": "derived", "charlson": "derived", "discharge": "note", "radiology": "note"}
 OWN_KEY = {"labevents": "labevent_id", "microbiologyevents": "microevent_id"}
+DUCK_TYPES = {("datetimeevents", "value"): "TIMESTAMP"}      # a date-time item's value is a time in MIMIC-IV
 
 
 def metadata() -> MetaData:
@@ -216,6 +239,10 @@ def render_shared(seed: int, size: WorldSize, dictionary: str, used: set, rows: 
         rows.add("d_items", itemid=item["itemid"], label=item["label"], abbreviation=item["label"],
                  linksto="procedureevents", category=item["category"], unitname="min", param_type="Processes",
                  lownormalvalue=None, highnormalvalue=None)
+    for item in sorted(spelling()["datetime_items"].values(), key=lambda i: i["itemid"]):
+        rows.add("d_items", itemid=item["itemid"], label=item["label"], abbreviation=item["label"],
+                 linksto="datetimeevents", category=item["category"], unitname=None, param_type="Date time",
+                 lownormalvalue=None, highnormalvalue=None)
     for group, linksto, category in ((v.vitals, "chartevents", "Routine Vital Signs"),
                                      (v.inputs, "inputevents", "Fluids/Intake"),
                                      (v.outputs, "outputevents", "Output")):
@@ -245,6 +272,118 @@ def _procedure_events(add, icu: dict, a, stay, t) -> None:
             ordercategorydescription="Task" if minutes < 120 else "ContinuousProcess", patientweight=stay.weight_kg,
             isopenbag=0, continueinnextdept=0, statusdescription="FinishedRunning", originalamount=float(minutes),
             originalrate=None)
+
+
+def _admit_or_transfer(moves: list) -> str:
+    """MIMIC-IV's eventtype for a move into a unit: the first one after the ED (if any) is the admission."""
+    return "admit" if all(kind == "ED" for kind, *_ in moves) else "transfer"
+
+
+def principal_first(a) -> list:
+    """The admission's diagnoses with the reason for it first (MIMIC-IV's seq_num 1 is the principal diagnosis):
+    its acute conditions in the world's order, then the chronic ones and the rest."""
+    conditions = vocabulary().conditions
+    return sorted(a.diagnoses, key=lambda d: not (d.key in conditions and conditions[d.key].acute))
+
+
+def _drg(add, base: dict, a, diagnoses: list) -> None:
+    """HCFA (MS-DRG) and APR-DRG rows for the principal diagnosis; APR severity and mortality (1-4) from the
+    admission's burden (secondary diagnoses, ICU, death)."""
+    table = spelling()["drg"]
+    key = next((d.key for d in diagnoses if d.key in table), None)
+    if key is None:
+        return
+    severity = min(4, 1 + (len(diagnoses) > 6) + bool(a.icu_stays) + a.died)
+    mortality = min(4, 1 + bool(a.icu_stays) + 2 * a.died)
+    add("drgcodes", **base, drg_type="HCFA", drg_code=table[key]["hcfa"][0], description=table[key]["hcfa"][1],
+        drg_severity=None, drg_mortality=None)
+    add("drgcodes", **base, drg_type="APR", drg_code=table[key]["apr"][0], description=table[key]["apr"][1].title(),
+        drg_severity=severity, drg_mortality=mortality)
+
+
+def frequency(generic: str, route: str) -> tuple[str, int]:
+    """(frequency, doses per 24 h): one per drug, from its route's usual schedules."""
+    options = spelling()["frequencies"][next((r for r in ("IV", "PO") if route.startswith(r)), "other")]
+    name, doses = options[int(hashlib.sha256(generic.encode()).hexdigest(), 16) % len(options)]
+    return name, doses
+
+
+MAX_ADMINISTRATIONS = 14      # eMAR rows per order (longer orders keep their first two weeks)
+
+
+def _orders(add, base: dict, a, counters: dict, t) -> None:
+    """Each medication order three ways, as MIMIC-IV links them: prescriptions (the order), pharmacy (its
+    dispensing, same pharmacy_id and poe_id) and emar (each scheduled administration, a few not given)."""
+    v, subject = vocabulary(), base["subject_id"]
+    for i, m in enumerate(a.medications):
+        drug = v.all_drugs[m.drug]
+        counters["poe"] += 1
+        poe_id, pharmacy_id = f"{subject}-{counters['poe']}", base["hadm_id"] * 1000 + i
+        name, route = ehrsql_mimic_iii.drug_name(m.drug), ehrsql_mimic_iii.route(drug)
+        freq, per_day = frequency(m.drug, route)
+        add("prescriptions", **base, pharmacy_id=pharmacy_id, poe_id=poe_id, poe_seq=counters["poe"],
+            order_provider_id=None, starttime=t(m.start), stoptime=t(m.end), drug_type=drug.drug_type, drug=name,
+            formulary_drug_cd=None, gsn=None, ndc=None, prod_strength=None, form_rx=None, dose_val_rx=f"{m.dose:g}",
+            dose_unit_rx=ehrsql_mimic_iii.drug_unit(drug), form_val_disp=None, form_unit_disp=drug.form.upper(),
+            doses_per_24_hrs=float(per_day), route=route)
+        days = (m.end - m.start).total_seconds() / 86400
+        add("pharmacy", **base, pharmacy_id=pharmacy_id, poe_id=poe_id, starttime=t(m.start), stoptime=t(m.end),
+            medication=name, proc_type="IV Piggyback" if route.startswith("IV") else "Unit Dose",
+            status="Discontinued" if m.end < a.end else "Active", entertime=t(m.start - timedelta(minutes=20)),
+            verifiedtime=t(m.start - timedelta(minutes=5)), route=route, frequency=freq,
+            disp_sched=None, infusion_type=None, sliding_scale=None, doses_per_24_hrs=float(per_day),
+            duration=round(days, 2), duration_interval="Days", dispensation="Omnicell", fill_quantity=None)
+        rng = random.Random(f"emar/{pharmacy_id}")
+        when, step = m.start, timedelta(hours=24 / per_day)
+        for _ in range(MAX_ADMINISTRATIONS if "ONCE" not in freq else 1):
+            if when > m.end:
+                break
+            counters["emar"] += 1
+            given = rng.random() >= 0.05
+            add("emar", **base, emar_id=f"{subject}-{counters['emar']}", emar_seq=counters["emar"], poe_id=poe_id,
+                pharmacy_id=pharmacy_id, enter_provider_id=None,
+                charttime=t(when + timedelta(minutes=rng.randint(0, 40))), medication=name,
+                event_txt="Administered" if given else "Not Given", scheduletime=t(when),
+                storetime=t(when + timedelta(minutes=rng.randint(40, 90))))
+            when += step
+
+
+def _omr(add, p: Patient, subject: int, seed: int, shift: timedelta) -> None:
+    """Outpatient measurements (omr): a clinic visit 1-12 weeks before most admissions, with blood pressure,
+    weight, height and BMI in MIMIC-IV's result names and text values (pounds and inches)."""
+    height_cm = next((s.height_cm for a in p.admissions for s in a.icu_stays), None) or \
+        min(200.0, max(148.0, random.Random(f"omr/{seed}/{p.index}").gauss(176 if p.gender == "m" else 162, 7)))
+    for n, a in enumerate(p.admissions):
+        rng = random.Random(f"omr/{seed}/{p.index}/{n}")     # not the subject_id: counting passes stand-ins
+        if rng.random() > 0.7:
+            continue
+        day = (a.admit - timedelta(days=rng.randint(7, 84)) + shift).strftime("%Y-%m-%d")
+        weight = min(160.0, max(45.0, next((s.weight_kg for s in a.icu_stays if s.weight_kg), None)
+                                 or rng.gauss(80, 14)))
+        results = [("Blood Pressure", f"{round(rng.gauss(128, 14))}/{round(rng.gauss(76, 9))}"),
+                   ("Weight (Lbs)", f"{weight * 2.20462:.1f}"), ("Height (Inches)", f"{height_cm / 2.54:.0f}"),
+                   ("BMI (kg/m2)", f"{weight / (height_cm / 100) ** 2:.1f}")]
+        for name, value in results:
+            add("omr", subject_id=subject, chartdate=day, seq_num=1, result_name=name, result_value=value)
+
+
+def _datetime_events(add, icu: dict, p: Patient, a, stay, t) -> None:
+    """Date-time items of a stay: the dialysis catheter's insertion when dialysis starts in the ICU, and, for a
+    patient with chronic kidney disease, the last outpatient dialysis before the stay."""
+    items = spelling()["datetime_items"]
+    dialysis = [e for e in a.procedures if e.key in ("hemodialysis", "continuous renal replacement",
+                                                     "peritoneal dialysis")
+                and stay.intime <= e.time < (stay.outtime or NOW)]
+    if dialysis:
+        when = dialysis[0].time - timedelta(hours=1)
+        add("datetimeevents", **icu, caregiver_id=None, charttime=t(when), storetime=t(when + timedelta(minutes=30)),
+            itemid=items["dialysis catheter insertion"]["itemid"], value=t(when), valueuom="Date and Time",
+            warning=0)
+    if "chronic kidney disease" in p.conditions:
+        last = stay.intime - timedelta(days=random.Random(f"lastdialysis/{icu['stay_id']}").randint(1, 4))
+        add("datetimeevents", **icu, caregiver_id=None, charttime=t(stay.intime + timedelta(hours=1)),
+            storetime=t(stay.intime + timedelta(hours=2)), itemid=items["last dialysis"]["itemid"],
+            value=t(last.replace(hour=0, minute=0, second=0)), valueuom="Date", warning=0)
 
 
 def _notes(add, base: dict, p: Patient, a, age: int, service: str, seq: dict, t) -> None:
@@ -279,6 +418,8 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
         add("patients", subject_id=subject, gender=p.gender.upper(), anchor_age=age, anchor_year=year,
             anchor_year_group=group, dod=day(p.dod) if p.dod else None)
         note_seq = {"DS": 0, "RR": 0}
+        counters = {"poe": 0, "emar": 0}
+        _omr(add, p, subject, seed, shift)
         for a in p.admissions:
             hadm = ids.next("mimic/admissions")
             ed = a.wards[0] if a.wards and a.wards[0][0] == "emergency department" else None
@@ -291,8 +432,10 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                 edregtime=t(ed[1]) if ed else None, edouttime=t(ed[2]) if ed else None,
                 hospital_expire_flag=int(a.died))
             base = {"subject_id": subject, "hadm_id": hadm}
+            diagnoses = principal_first(a)
             codes = dict.fromkeys((v.all_conditions[d.key].icd9 if a.icd_version == 9
-                                   else v.all_conditions[d.key].icd10) for d in a.diagnoses)
+                                   else v.all_conditions[d.key].icd10) for d in diagnoses)
+            _drg(add, base, a, diagnoses)
             for seq, code in enumerate(codes, start=1):
                 used.add((code, a.icd_version))
                 add("diagnoses_icd", **base, seq_num=seq, icd_code=code, icd_version=a.icd_version)
@@ -313,14 +456,7 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                              valuenum=e.value, valueuom=ehrsql_mimic_iii.lab_unit(spec),
                              ref_range_lower=round(max(lo, 0.0), decimals), ref_range_upper=round(hi, decimals),
                              flag="abnormal" if not lo <= e.value <= hi else None, priority="ROUTINE", comments=None)
-            for m in a.medications:
-                drug = v.all_drugs[m.drug]
-                add("prescriptions", **base, pharmacy_id=None, poe_id=None, poe_seq=None, order_provider_id=None,
-                    starttime=t(m.start), stoptime=t(m.end), drug_type=drug.drug_type,
-                    drug=ehrsql_mimic_iii.drug_name(m.drug), formulary_drug_cd=None, gsn=None, ndc=None,
-                    prod_strength=None, form_rx=None, dose_val_rx=f"{m.dose:g}",
-                    dose_unit_rx=ehrsql_mimic_iii.drug_unit(drug), form_val_disp=None,
-                    form_unit_disp=drug.form.upper(), doses_per_24_hrs=None, route=ehrsql_mimic_iii.route(drug))
+            _orders(add, base, a, counters, t)
             for mi in a.micro:
                 spec = v.micro[mi.kind]
                 add("microbiologyevents", **base, micro_specimen_id=specimen(hadm, mi.time), chartdate=day(mi.time),
@@ -346,17 +482,20 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                     if f.direction == "intake":
                         spec = v.inputs[f.item]
                         add("inputevents", **icu, starttime=t(f.time), endtime=t(f.time + timedelta(minutes=1)),
-                            itemid=spec["mimic_id"], amount=f.amount, amountuom=spec["unit"],
-                            ordercategoryname=None)
+                            storetime=t(f.time + timedelta(minutes=5)), itemid=spec["mimic_id"], amount=f.amount,
+                            amountuom=spec["unit"], ordercategoryname=None, patientweight=stay.weight_kg,
+                            totalamount=f.amount, totalamountuom=spec["unit"], isopenbag=0, continueinnextdept=0,
+                            statusdescription="FinishedRunning", originalamount=f.amount)
                     else:
                         spec = v.outputs[f.item]
-                        add("outputevents", **icu, charttime=t(f.time), itemid=spec["mimic_id"], value=f.amount,
-                            valueuom=spec["unit"])
+                        add("outputevents", **icu, charttime=t(f.time), storetime=t(f.time + timedelta(minutes=5)),
+                            itemid=spec["mimic_id"], value=f.amount, valueuom=spec["unit"])
                 _procedure_events(add, icu, a, stay, t)
-                moves.append(("admit" if not moves else "transfer", stay.first_unit, stay.intime, stay.outtime))
+                _datetime_events(add, icu, p, a, stay, t)
+                moves.append((_admit_or_transfer(moves), stay.first_unit, stay.intime, stay.outtime))
             for unit, tin, tout in a.wards:
                 if unit != "emergency department":
-                    moves.append(("admit" if not moves else "transfer", unit, tin, tout))
+                    moves.append((_admit_or_transfer(moves), unit, tin, tout))
             if a.discharge is not None:
                 moves.append(("discharge", None, a.discharge, None))
             service, first_service = None, None

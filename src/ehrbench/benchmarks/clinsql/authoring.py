@@ -191,6 +191,11 @@ def _round_out(x: float, up: bool) -> float:
     return (math.ceil if up else math.floor)(x * factor) / factor
 
 
+def fixed(x: float) -> str:
+    """A number as a range in a requirement writes it: fixed notation, no trailing zeros (never 1e+06)."""
+    return format(x, "f").rstrip("0").rstrip(".") if x != int(x) else str(int(x))
+
+
 def acceptable_range(values: list[float]) -> tuple[float, float]:
     """The gold values widened by 10% of their magnitude (at least 0.01), rounded outward."""
     lo, hi = min(values), max(values)
@@ -216,8 +221,10 @@ def results_tree(draft: Draft, columns: tuple[str, ...], rows: list[tuple]) -> N
         what, lo, hi = draft.outputs[c]
         a, b = acceptable_range(values)
         features.append(Node(f"{c}-validation", f"Validation for {what} column (e.g., '{c}').", True, False, 1,
-                             "1/0", (leaf(f"{c}-plausible", f"Values are clinically plausible ({lo:g} to {hi:g})."),
-                                     leaf(f"{c}-acceptable", f"Values are in the acceptable range ({a:g} to {b:g})."))))
+                             "1/0", (leaf(f"{c}-plausible", f"Values are clinically plausible ({fixed(lo)} to "
+                                                              f"{fixed(hi)})."),
+                                     leaf(f"{c}-acceptable", f"Values are in the acceptable range ({fixed(a)} to "
+                                                             f"{fixed(b)})."))))
     return Node("results-validation-root", "Results Validation", False, False, 1, "1/0",
                 (fmt, Node("output-feature-validation", "Output Feature Validation", False, False, 2, "1/0",
                            tuple(features))))
@@ -1042,8 +1049,8 @@ FROM scored
 GROUP BY burden
 ORDER BY burden;"""
     return Draft(f"{an.opening(cond.name)}. For {an.adj} {cond.name} admissions aged {an.lo}–{an.hi}, stratify by "
-                 "Charlson comorbidity burden (0–3, 4–6, 7+) and report admissions, mean Charlson index, in-hospital "
-                 "mortality and mean LOS per stratum.", sql, {
+                 "Charlson comorbidity burden (0–3, 4–6, 7+) and report admissions, mean Charlson index, "
+                 "in-hospital mortality and mean LOS per stratum.", sql, {
                      "patient-cohort-construction": an.cohort_leaves("admission"),
                      "medical-concept-implementation": [
                          ("condition-codes", f"Identifies {cond.name} ({cond.codes()}).", True),

@@ -107,7 +107,8 @@ class ClinSqlBenchmark(Benchmark):
                 raise ConfigurationError(
                     f"{manifest}: these tasks' gold results come from the world seed {made_for['seed']} scale "
                     f"{made_for['scale']}, but this run's is seed {world.get('seed')} scale {world.get('scale')}; run "
-                    f"with data.seed={made_for['seed']} data.scale={made_for['scale']}, or author tasks for this world: "
+                    f"with data.seed={made_for['seed']} data.scale={made_for['scale']}, or author tasks for this "
+                    "world: "
                     f"python -m ehrbench.benchmarks.clinsql.authoring --seed {world.get('seed')} --scale "
                     f"{world.get('scale')} "
                     "--out DIR, then benchmark.task_dir=DIR")

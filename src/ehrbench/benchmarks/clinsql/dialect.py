@@ -59,7 +59,7 @@ def bigquery_to_duckdb(sql: str) -> Transpiled:
     """DuckDB SQL for one BigQuery statement, and the steps taken."""
     try:
         trees = sqlglot.parse(sql, read="bigquery")
-    except sqlglot.errors.ParseError as e:
+    except sqlglot.errors.SqlglotError as e:      # ParseError, TokenError (an unterminated 'string), ...
         raise TranspileError(f"the query could not be read as BigQuery SQL: {e}") from None
     trees = [t for t in trees if t is not None]
     if len(trees) != 1:

@@ -33,8 +33,9 @@ from ...llm.usage import MeteredModel
 from ...trial import InfrastructureError, Message
 from .rubric import Node
 
-RANGE = re.compile(r"\(\s*(-?\d+(?:\.\d+)?)\s*(?:to|–|—|-)\s*(-?\d+(?:\.\d+)?)\s*[^()]*\)")
-SCORE = re.compile(r"Score\s*[:=]\s*\**\s*([01])(?:\.0+)?\b", re.I)
+NUMBER = r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?"       # 12, 1,000, 0.5, 1e+06
+RANGE = re.compile(rf"\(\s*(?:e\.g\.,?\s*)?({NUMBER})\s*(?:to|–|—|-)\s*({NUMBER})\b[^()]*\)")
+SCORE = re.compile(r"Score\s*[:=]\s*\**\s*([01])(?:\.0+)?(?![.\d])", re.I)   # "Score: 0.5" is unreadable
 PROMPT_ROWS = 50             # candidate and gold rows shown to the LLM grader
 
 
@@ -91,11 +92,14 @@ class ResultsChecker:
         return self.gold_columns[0] if len(self.gold_columns) == 1 else None
 
     def candidate_index(self, gold_col: str) -> int | None:
+        """The candidate's column for a gold one: the same name, else the same position when both results have as
+        many columns and that column's name answers no other gold column."""
         names = [_norm(c) for c in self.c.columns]
         if _norm(gold_col) in names:
             return names.index(_norm(gold_col))
-        if len(self.c.columns) == len(self.gold_columns):
-            return self.gold_columns.index(gold_col)
+        i = self.gold_columns.index(gold_col)
+        if len(names) == len(self.gold_columns) and names[i] not in {_norm(g) for g in self.gold_columns}:
+            return i
         return None
 
     def decide(self, leaf: Node, parent: Node | None) -> Decision:
@@ -129,7 +133,7 @@ class ResultsChecker:
         found = RANGE.search(leaf.requirements)
         if found is None:
             return Decision(lid, None, "no numeric range in the requirement", "checker")
-        lo, hi = sorted((float(found.group(1)), float(found.group(2))))
+        lo, hi = sorted(float(g.replace(",", "")) for g in found.groups())
         if i is None:
             return Decision(lid, 0.0, f"no column answers gold column {col!r}", "checker")
         values = [r[i] for r in c.rows if not _is_null(r[i])]
@@ -154,9 +158,12 @@ def parents(root: Node) -> dict[str, Node]:
 def canonical_sql(sql: str) -> str | None:
     """The query's sqlglot syntax tree, written back normalised (None when it cannot be read)."""
     try:
-        tree = sqlglot.parse_one(sql.strip().rstrip(";"), read="bigquery")
+        trees = [t for t in sqlglot.parse(sql.strip().rstrip(";"), read="bigquery") if t is not None]
     except sqlglot.errors.SqlglotError:
         return None
+    if len(trees) != 1:
+        return None
+    tree = trees[0]
     for comment_holder in tree.walk():
         if isinstance(comment_holder, exp.Expression):
             comment_holder.comments = None
