@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism clean
+.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql clean
 install: $(BIN)/.installed
 
 run: install
@@ -42,6 +42,9 @@ bench-realism: install
 
 bench-traces: install
 	$(BIN)/python bench/bench_traces.py $(ARGS)
+
+bench-clinsql: install
+	$(BIN)/python bench/bench_clinsql.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) data/generated mlruns/* .cache

@@ -84,6 +84,27 @@ def test_struct_unnest_for_age_strata(world):
     assert [label for label, _ in rows] == ["18-49", "50-120"] and sum(n for _, n in rows) == 60
 
 
+
+def test_unaliased_struct_unnest_exposes_fields_and_safe_over_an_aggregate_runs(world):
+    """BigQuery's `FROM counts, UNNEST([STRUCT(...)])` names the struct fields as columns (a common way to pivot
+    counts into rows), and SAFE.SQRT over an aggregate (a confidence interval) is legal there, not in DuckDB's TRY."""
+    duck, lite = world
+    sql = f"""WITH counts AS (
+                SELECT COUNTIF(gender = 'M') AS men, COUNTIF(gender = 'F') AS women
+                FROM {HOSP}.patients`)
+              SELECT sex, n FROM counts, UNNEST([STRUCT('M' AS sex, men AS n), STRUCT('F' AS sex, women AS n)])
+              ORDER BY sex"""
+    expected = lite.execute("SELECT gender, COUNT(*) FROM patients GROUP BY gender ORDER BY gender").fetchall()
+    assert run(duck, sql) == expected
+    assert "UNNEST of STRUCTs without an alias -> (SELECT UNNEST(..., recursive := true))" in \
+        bigquery_to_duckdb(sql).steps
+    ci = f"""SELECT AVG(anchor_age) - 1.96 * SAFE.SQRT(VAR_SAMP(anchor_age) / COUNT(*)) AS lo
+             FROM {HOSP}.patients`"""
+    ages = [a for (a,) in lite.execute("SELECT anchor_age FROM patients")]
+    [(lo,)] = run(duck, ci)
+    assert lo == pytest.approx(statistics.mean(ages) - 1.96 * (statistics.variance(ages) / len(ages)) ** 0.5)
+    assert "SAFE.SQRT over an aggregate -> SQRT" in bigquery_to_duckdb(ci).steps
+
 @pytest.mark.parametrize("sql", ["SELEC COUNT(*) FROM t", "SELECT 1; SELECT 2", "SELECT (1",
                                  "SELECT * FROM d WHERE long_title LIKE '%Parkinson's disease%'"])   # a TokenError
 def test_what_cannot_be_read_is_the_model_s_error(sql):

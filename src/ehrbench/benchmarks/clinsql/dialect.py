@@ -3,7 +3,10 @@
 sqlglot reads BigQuery and writes DuckDB; this module adds what it leaves for the caller, each a recorded step:
 - tables: `physionet-data.mimiciv_3_1_hosp.patients` (any MIMIC-IV version, with or without the project) is the
   local `mimiciv_hosp.patients` (icu, derived, note and ed likewise);
-- `SAFE.` functions (`SAFE.LOG(x)`: NULL instead of an error) become DuckDB's `TRY(...)`;
+- `SAFE.` functions (`SAFE.LOG(x)`: NULL instead of an error) become DuckDB's `TRY(...)` (over an aggregate, which
+  TRY cannot hold, the function alone);
+- `UNNEST([STRUCT(...), ...])` without an alias, whose fields BigQuery exposes as columns, becomes a subquery
+  unnesting them recursively (DuckDB's plain UNNEST gives one struct column);
 - `FORMAT('%.3f', x)`: BigQuery's printf-style format is DuckDB's `printf`, not its `format` ('{}' style);
 - APPROX_QUANTILES(x, n)[OFFSET(k)] becomes APPROX_QUANTILE(x, [0, 1/n, ...])[k + 1] (DuckDB lists count from 1);
   both engines approximate, so results are compared with a tolerance, not exactly.
@@ -44,8 +47,27 @@ def _tables(tree: exp.Expression, steps: list[str]) -> None:
 
 def _safe_functions(tree: exp.Expression, steps: list[str]) -> None:
     for node in list(tree.find_all(exp.SafeFunc)):
+        if node.this.find(exp.AggFunc):         # DuckDB's TRY cannot hold an aggregate: the function alone
+            steps.append(f"SAFE.{node.this.sql_name()} over an aggregate -> {node.this.sql_name()}")
+            node.replace(node.this)
+            continue
         steps.append(f"SAFE.{node.this.sql_name()} -> TRY")
         node.replace(exp.Anonymous(this="TRY", expressions=[node.this]))
+
+
+def _struct_unnest(tree: exp.Expression, steps: list[str]) -> None:
+    """`FROM t, UNNEST([STRUCT(...), ...])` without an alias exposes the structs' fields as columns in BigQuery;
+    DuckDB's UNNEST gives one struct column, so it becomes `(SELECT UNNEST([...], recursive := true))`."""
+    for node in list(tree.find_all(exp.Unnest)):
+        items = node.expressions[0] if len(node.expressions) == 1 else None
+        if node.args.get("alias") or not isinstance(node.parent, (exp.From, exp.Join)) or not (
+                isinstance(items, exp.Array) and items.expressions
+                and all(isinstance(e, exp.Struct) for e in items.expressions)):
+            continue
+        expanded = sqlglot.parse_one("SELECT UNNEST(x, recursive := TRUE)", read="duckdb")
+        expanded.expressions[0].set("this", items.copy())
+        steps.append("UNNEST of STRUCTs without an alias -> (SELECT UNNEST(..., recursive := true))")
+        node.replace(exp.Subquery(this=expanded))
 
 
 def _printf_formats(tree: exp.Expression, steps: list[str]) -> None:
@@ -68,6 +90,7 @@ def bigquery_to_duckdb(sql: str) -> Transpiled:
     tree = trees[0]
     _tables(tree, steps)
     _safe_functions(tree, steps)
+    _struct_unnest(tree, steps)
     _printf_formats(tree, steps)
     try:
         return Transpiled(tree.sql(dialect="duckdb"), steps)
