@@ -89,6 +89,11 @@ ADMISSION_GROUPS = (("emergency", ("EW EMER.", "DIRECT EMER.")), ("elective", ("
 STATS = (("median", 50), ("75th percentile", 75), ("25th percentile", 25), ("90th percentile", 90))
 
 
+def stat_name(k: int) -> str:
+    """A percentile's column suffix: median, p75, ..."""
+    return "median" if k == 50 else f"p{k}"
+
+
 # --- the anchor patient -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Anchor:
@@ -296,7 +301,7 @@ ORDER BY cohort;"""
 def vitals_easy(an: Anchor, rng: random.Random) -> Draft:
     m = rng.choice(VITALS)
     stat, k = rng.choice(STATS)
-    col = "first_value_" + ("median" if k == 50 else f"p{k}")
+    col = f"first_value_{stat_name(k)}"
     sql = f"""WITH first_values AS (
   SELECT
     ce.stay_id,
@@ -447,7 +452,7 @@ ORDER BY quartile;"""
 def labs_easy(an: Anchor, rng: random.Random) -> Draft:
     m = rng.choice(LABS)
     stat, k = rng.choice(STATS)
-    col = "first_" + m.name.replace(" ", "_").lower() + ("_median" if k == 50 else f"_p{k}")
+    col = f"first_{m.name.replace(' ', '_').lower()}_{stat_name(k)}"
     sql = f"""WITH first_labs AS (
   SELECT
     le.hadm_id,
@@ -590,7 +595,7 @@ ORDER BY instability_group;"""
 def medication_easy(an: Anchor, rng: random.Random) -> Draft:
     drug = rng.choice(DRUGS)
     stat, k = rng.choice(STATS)
-    col = "duration_days_" + ("median" if k == 50 else f"p{k}")
+    col = f"duration_days_{stat_name(k)}"
     sql = f"""SELECT
   APPROX_QUANTILES(DATETIME_DIFF(rx.stoptime, rx.starttime, HOUR) / 24.0, 100)[OFFSET({k})] AS {col}
 FROM {t(HOSP, 'patients')} AS p
@@ -726,7 +731,7 @@ ORDER BY {word};"""
 def procedures_easy(an: Anchor, rng: random.Random) -> Draft:
     name, nine, ten = rng.choice(PROCEDURE_GROUPS)
     stat, k = rng.choice(STATS)
-    col = "procedures_" + ("median" if k == 50 else f"p{k}")
+    col = f"procedures_{stat_name(k)}"
     where = (f"((pr.icd_version = 9 AND ({' OR '.join(f'pr.icd_code LIKE {c!r}' for c in (x + '%' for x in nine))}))"
              f" OR (pr.icd_version = 10 AND ({' OR '.join(f'pr.icd_code LIKE {c!r}' for c in (x + '%' for x in ten))}"
              ")))")
@@ -863,7 +868,7 @@ ORDER BY cohort;"""
 def outcomes_easy(an: Anchor, rng: random.Random) -> Draft:
     cond = rng.choice(CONDITIONS)
     stat, k = rng.choice(STATS)
-    col = "los_days_" + ("median" if k == 50 else f"p{k}")
+    col = f"los_days_{stat_name(k)}"
     sql = f"""SELECT
   APPROX_QUANTILES(DATETIME_DIFF(a.dischtime, a.admittime, HOUR) / 24.0, 100)[OFFSET({k})] AS {col}
 FROM {t(HOSP, 'patients')} AS p
