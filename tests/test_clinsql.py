@@ -259,6 +259,8 @@ def test_tasks_authored_for_another_world_stop_the_run_at_start(small_world, tmp
 
 
 def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_cluster, tmp_path):
+    """`benchmark=clinsql model=gemini-2.5-flash grader=gemini-2.5-flash` with the real google-genai client: a
+    failing query, one refinement that runs, then one grader call per SQL leaf (one reply unreadable, asked again)."""
     from .fake_llm_server import FakeLLMServer, Reply
 
     tasks = load_tasks(small_world / "tasks")
@@ -270,28 +272,32 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
     wrong = task.gold_sql.replace("p.anchor_age", "p.anchor_agee", 1)
     n_sql = len(list(task.sql_tree.leaves()))
     server = FakeLLMServer().start()
-    try:
+    try:   # agent and grader share the model: the agent's two calls come first, then the grader's (one trial)
         server.push(Reply(text=f"Reasoning: first try.\n```sql\n{wrong}\n```"),
-                    Reply(text=f"Reasoning: the column is anchor_age.\n```sql\n{task.gold_sql}\n```"), model="gpt-4o")
-        server.push(Reply(text="Seems fine, 1"),               # unreadable: that leaf is asked again
+                    Reply(text=f"Reasoning: the column is anchor_age.\n```sql\n{task.gold_sql}\n```"),
+                    Reply(text="Seems fine, 1"),               # unreadable: that leaf is asked again
                     *[Reply(text="Score: 1\nExplanation: matches the requirement.") for _ in range(n_sql)],
                     model="gemini-2.5-flash")
         store = tmp_path / "mlruns"
         out = _main(["benchmark=clinsql", f"benchmark.task_dir={one}", f"data.scale={SCALE}", "trials=1",
-                     "model=gpt-4o", f"model.base_url={server.url}/v1", "grader=gemini-2.5-flash",
+                     "model=gemini-2.5-flash", f"+model.base_url={server.url}", "grader=gemini-2.5-flash",
                      f"+grader.model.base_url={server.url}", f"data.root={small_world / 'gen'}",
                      f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                      f"hydra.run.dir={tmp_path / 'out'}"])
-        agent_prompts = [r.body["messages"][-1]["content"] for r in server.requests_for("gpt-4o")]
+        prompts = [r.body["contents"][-1]["parts"][0]["text"] for r in server.requests_for("gemini-2.5-flash")]
     finally:
         server.stop()
     assert out.returncode == 0, out.stderr[-3000:]
-    assert len(agent_prompts) == 2 and "anchor_agee" in agent_prompts[1] and "failed to run" in agent_prompts[1]
+    assert "Clinical question:" in prompts[0] and "failed to run" not in prompts[0]
+    assert "anchor_agee" in prompts[1] and "failed to run" in prompts[1]        # the refinement prompt
+    assert all(p.startswith("You are an expert clinical data QA judge") for p in prompts[2:])
+    assert all(task.gold_sql.strip().rstrip(";") in p for p in prompts[2:])    # the gold SQL in every grader prompt
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["clinsql"], output_format="list")
     m = run.data.metrics
     assert m["sql_score"] == m["exec_score"] == 100.0
     assert (m["calls/agent"], m["calls/grader"]) == (2, n_sql + 1) and m["input_tokens/grader"] == 10 * (n_sql + 1)
+    assert m["cost_usd/grader"] > 0
     [trace] = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list")
     judged = [a for a in trace.info.assessments if a.name.startswith("sql/")]
     assert len(judged) == n_sql and {a.source.source_type for a in judged} == {"LLM_JUDGE"}

@@ -61,3 +61,5 @@ def test_malformed_trees_name_file_and_node():
         parse({"id": "r", "requirements": "r", "subtasks": [leaf("a")]}, "t.json")
     kept = parse({**leaf("a"), "sequential_order": [1, 2]})          # extra keys in the validation split: kept
     assert kept.to_json()["sequential_order"] == [1, 2]
+    for scoring in ("0/1", "1.0-30.0", 1):                             # `scoring` as the validation split has it
+        assert parse({**leaf("a"), "scoring": scoring}).scoring == scoring
