@@ -1,0 +1,132 @@
+"""What an AgentEHR episode may see of its patient at the prediction time t: the patient's file behind censored views.
+
+The guarantee: no row whose event became known at or after t is visible, and no visible cell holds a time at or
+after t, through any tool, `run_sql_query` included. Each table is censored by when its row became known, not by its
+first time column as the original does (which showed the current admission's discharge, its DRG codes and notes):
+- events by their own time, the later of when it happened and when it was stored (a lab drawn before t but
+  resulted after it is not yet known): `KNOWN`;
+- rows with no time of their own through their parent event: diagnoses_icd and drgcodes are coded at discharge, so
+  they appear once their admission's `dischtime` is before t;
+- dates (procedures_icd.chartdate, omr.chartdate) are known at the end of their day;
+- notes by their store time;
+- in a visible row, every time at or after t is NULL, and so is what it implies (a current admission's discharge
+  location, death flag and death time; a current ICU stay's length and last unit; a running procedure's duration;
+  a dispensing's status): `IMPLIED`.
+
+`CensoredPatient` opens the patient's file read-only in a private in-memory connection of its own and creates one
+temporary view per table under the table's own name, so every episode has its own state (two episodes of one
+patient at different times share nothing). An authorizer refuses any read of the raw file that does not go through
+a view, and every write; `tests/test_agentehr_censoring.py` checks the guarantee on every table over many
+(patient, t) pairs against an independent statement of the rules.
+"""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+# when a row became known (SQL over the raw table's columns); tables absent here are censored through their parent
+KNOWN = {
+    "admissions": "admittime",
+    "transfers": "intime",
+    "services": "transfertime",
+    "labevents": "MAX(charttime, COALESCE(storetime, charttime))",
+    "prescriptions": "starttime",
+    "pharmacy": "COALESCE(verifiedtime, entertime, starttime)",
+    "emar": "MAX(charttime, COALESCE(storetime, charttime))",
+    "microbiologyevents": "COALESCE(storetime, charttime, date(chartdate, '+1 day'))",
+    "icustays": "intime",
+    "chartevents": "MAX(charttime, COALESCE(storetime, charttime))",
+    "datetimeevents": "MAX(charttime, COALESCE(storetime, charttime))",
+    "inputevents": "MAX(starttime, COALESCE(storetime, starttime))",
+    "outputevents": "MAX(charttime, COALESCE(storetime, charttime))",
+    "procedureevents": "starttime",
+    "procedures_icd": "date(chartdate, '+1 day')",
+    "omr": "date(chartdate, '+1 day')",
+    "discharge": "storetime",
+    "radiology": "storetime",
+}
+CODED_AT_DISCHARGE = ("diagnoses_icd", "drgcodes")      # visible once their admission is discharged before t
+ALWAYS = ("patients",)                                  # demographics: visible, with a future `dod` hidden
+DATE_COLUMNS = {"dod", "chartdate", "storedate"}
+# column whose time (NULL or not yet come) hides the columns it implies
+IMPLIED = {
+    "admissions": ("dischtime", ("discharge_location", "hospital_expire_flag", "deathtime")),
+    "icustays": ("outtime", ("los", "last_careunit")),
+    "procedureevents": ("endtime", ("value", "statusdescription", "originalamount", "ordercategorydescription")),
+    "pharmacy": ("stoptime", ("status", "duration")),
+}
+_READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+
+
+class CensoringError(ValueError):
+    """A table this module has no rule for: refusing is safer than showing it uncensored."""
+
+
+def is_time(table: str, column: str) -> bool:
+    return column.endswith("time") or column in DATE_COLUMNS or (table == "datetimeevents" and column == "value")
+
+
+def _cell(table: str, column: str, cutoff: str) -> str:
+    """The column as the view shows it: a time at or after the cutoff is NULL, and so are the columns it implies."""
+    q = f'"{column}"'
+    if column in DATE_COLUMNS:                       # a date is known at the end of its day
+        return f"CASE WHEN {q} >= date('{cutoff}') THEN NULL ELSE {q} END AS {q}"
+    if is_time(table, column):
+        return f"CASE WHEN {q} >= '{cutoff}' THEN NULL ELSE {q} END AS {q}"
+    anchor, implied = IMPLIED.get(table, (None, ()))
+    if column in implied:
+        return f'CASE WHEN "{anchor}" IS NULL OR "{anchor}" >= \'{cutoff}\' THEN NULL ELSE {q} END AS {q}'
+    return q
+
+
+def view_sql(table: str, columns: list[str], cutoff: str) -> str:
+    """The censored view of one table at `cutoff` ('YYYY-MM-DD HH:MM:SS')."""
+    shown = ", ".join(_cell(table, c, cutoff) for c in columns)
+    if table in KNOWN:
+        where = f"{KNOWN[table]} < '{cutoff}'"
+    elif table in CODED_AT_DISCHARGE:
+        where = f"hadm_id IN (SELECT hadm_id FROM raw.admissions WHERE dischtime < '{cutoff}')"
+    elif table in ALWAYS:
+        where = "1"
+    else:
+        raise CensoringError(f"table {table!r} has no censoring rule (censoring.KNOWN); it would be shown uncensored")
+    return f'CREATE TEMP VIEW "{table}" AS SELECT {shown} FROM raw."{table}" WHERE {where}'
+
+
+def check_cutoff(cutoff: str) -> str:
+    """The prediction time as the views compare it; anything else is refused (it is written into SQL)."""
+    from datetime import datetime
+
+    try:
+        return datetime.strptime(cutoff.strip(), "%Y-%m-%d %H:%M:%S").strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        raise ValueError(f"prediction time {cutoff!r} must be 'YYYY-MM-DD HH:MM:SS'") from None
+
+
+class CensoredPatient:
+    """One episode's view of one patient at one time: `conn` answers SQL over the censored views only."""
+
+    def __init__(self, patient_file: str | Path, cutoff: str):
+        self.cutoff = check_cutoff(cutoff)
+        self.conn = sqlite3.connect("file::memory:", uri=True, check_same_thread=False)
+        self.conn.execute("ATTACH DATABASE ? AS raw", (f"file:{Path(patient_file).resolve()}?mode=ro",))
+        self.tables: dict[str, list[str]] = {}
+        for (table,) in self.conn.execute("SELECT name FROM raw.sqlite_master WHERE type = 'table' ORDER BY name"):
+            columns = [r[1] for r in self.conn.execute(f'PRAGMA raw.table_info("{table}")')]
+            self.conn.execute(view_sql(table, columns, self.cutoff))
+            self.tables[table] = columns
+        self.conn.set_authorizer(self._authorize)
+
+    @staticmethod
+    def _authorize(action, arg1, arg2, dbname, source):
+        """Reads of the raw file only through a view (`source` names it); no writes, no ATTACH, no PRAGMA."""
+        if action in _READS:
+            return sqlite3.SQLITE_OK if dbname != "raw" or source else sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_DENY
+
+    def query(self, sql: str, params: tuple = ()) -> tuple[list[str], list[tuple]]:
+        cursor = self.conn.execute(sql, params)
+        return [d[0] for d in cursor.description or ()], cursor.fetchall()
+
+    def close(self) -> None:
+        self.conn.close()
