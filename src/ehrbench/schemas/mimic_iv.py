@@ -274,6 +274,16 @@ def _procedure_events(add, icu: dict, a, stay, t) -> None:
             originalrate=None)
 
 
+def morning_panels(labs: list, routine: set | list) -> dict:
+    """(lab, time) -> when it is charted: a day's routine labs (the basic panel and blood count) come from one
+    draw, charted at that day's first routine time, as a hospital's morning labs are; other labs keep their time."""
+    first: dict = {}
+    for e in labs:                                       # sorted by time: the first of a day is its draw
+        if e.lab in routine:
+            first.setdefault(e.time.date(), e.time)
+    return {(e.lab, e.time): first[e.time.date()] for e in labs if e.lab in routine}
+
+
 def _admit_or_transfer(moves: list) -> str:
     """MIMIC-IV's eventtype for a move into a unit: the first one after the ED (if any) is the admission."""
     return "admit" if all(kind == "ED" for kind, *_ in moves) else "transfer"
@@ -446,13 +456,15 @@ def render_patients(patients: list[Patient], seed: int, rows: Rows, ids: Ids) ->
                 proc = v.all_procedures[e.key]
                 add("procedures_icd", **base, seq_num=seq, chartdate=day(e.time),
                     icd_code=(proc.icd9 if a.icd_version == 9 else proc.icd10)[0], icd_version=a.icd_version)
+            panel = morning_panels(a.labs, v.routine_labs)
             for e in a.labs:
                 spec = v.all_labs[e.lab]
                 lo, hi = spec["mean"] - 2 * spec["sd"], spec["mean"] + 2 * spec["sd"]
                 decimals = spec["decimals"]
-                add("labevents", **base, specimen_id=specimen(hadm, e.time), itemid=spec["mimic_id"],
+                drawn = panel.get((e.lab, e.time), e.time)
+                add("labevents", **base, specimen_id=specimen(hadm, drawn), itemid=spec["mimic_id"],
                     order_provider_id=None,
-                             charttime=t(e.time), storetime=t(e.time + timedelta(minutes=45)), value=f"{e.value:g}",
+                             charttime=t(drawn), storetime=t(drawn + timedelta(minutes=45)), value=f"{e.value:g}",
                              valuenum=e.value, valueuom=ehrsql_mimic_iii.lab_unit(spec),
                              ref_range_lower=round(max(lo, 0.0), decimals), ref_range_upper=round(hi, decimals),
                              flag="abnormal" if not lo <= e.value <= hi else None, priority="ROUTINE", comments=None)

@@ -1,0 +1,63 @@
+"""AgentEHR's samples by the original's label rules: CCS from HCUP's grouper, every label a candidate, and the
+labelled events hidden at the prediction time yet visible once known."""
+import sqlite3
+from datetime import datetime, timedelta
+
+import pytest
+
+from ehrbench.benchmarks.agentehr.censoring import CensoredPatient
+from ehrbench.benchmarks.agentehr.patient_db import patient_file, split_patients
+from ehrbench.benchmarks.agentehr.tasks import CANDIDATE_TABLES, TASKS, ccs, ccs_name, make_samples, write_candidates
+from ehrbench.schemas import WorldSpec, build_database
+from ehrbench.world.generator import WorldSize
+
+SPEC = WorldSpec(seed=4, size=WorldSize(mimic_patients=30, eicu_patients=0, eicu_hospitals=1), dictionary="used")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("agentehr_tasks")
+    source = build_database("mimic_iv", SPEC, root)
+    return {"source": source, "folder": split_patients(source, root), "samples": make_samples(source),
+            "candidates": write_candidates(source, root / "candidates.db")}
+
+
+def test_ccs_categories_are_hcup_s():
+    table = ccs()
+    assert len(table["diagnosis_categories"]) == 283            # the paper's 283 diagnosis candidates
+    assert ccs_name("diagnoses", 9, "4280") == ccs_name("diagnoses", 10, "I509") == \
+        "Congestive heart failure; nonhypertensive"
+    assert ccs_name("diagnoses", 9, "0389") == "Septicemia (except in labor)"
+    assert ccs_name("procedures", 10, "5A1D70Z") == ccs_name("procedures", 9, "3995") == "Hemodialysis"
+    assert ccs_name("diagnoses", 9, "not-a-code") is None
+
+
+def test_samples_follow_the_label_rules_and_every_label_is_a_candidate(world):
+    samples, conn = world["samples"], sqlite3.connect(world["candidates"])
+    assert set(samples) == set(TASKS) and all(len(samples[t]) >= 10 for t in TASKS)
+    for task in TASKS:
+        candidates = {c for (c,) in conn.execute(f"SELECT candidate FROM {CANDIDATE_TABLES[task]}")}
+        for s in samples[task]:
+            assert s["task"] == task and s["label"] and {x["name"] for x in s["label"]} <= candidates
+    src = sqlite3.connect(world["source"])
+    for s in samples["diagnoses_ccs"]:
+        disch = src.execute("SELECT dischtime FROM admissions WHERE hadm_id = ?", (s["hadm_id"],)).fetchone()[0]
+        assert s["prediction_time"] == str(datetime.fromisoformat(disch) - timedelta(minutes=2))
+    assert all(s["prediction_time"].endswith("23:58:00") for s in samples["procedures_ccs"])
+    panels = [len(s["label"]) for s in samples["labevents"]]
+    assert max(panels) >= 8                                       # a morning panel is labelled as one draw
+    assert make_samples(world["source"]) == samples                # seeded
+
+
+def test_what_is_to_be_predicted_is_hidden_at_t_and_visible_once_known(world):
+    queries = {"diagnoses_ccs": "SELECT COUNT(*) FROM diagnoses_icd WHERE hadm_id = ?",
+               "labevents": "SELECT COUNT(*) FROM labevents WHERE charttime = ?",
+               "transfers": "SELECT COUNT(*) FROM transfers WHERE eventtype = 'transfer' AND intime = ?"}
+    for task, sql in queries.items():
+        for s in world["samples"][task][:10]:
+            path = patient_file(world["folder"], s["subject_id"])
+            t = datetime.fromisoformat(s["prediction_time"])
+            key = s["hadm_id"] if task == "diagnoses_ccs" else str(t + timedelta(minutes=1))
+            later = t + timedelta(days=1, minutes=5)               # after discharge, results, arrival
+            assert CensoredPatient(path, str(t)).query(sql, (key,))[1] == [(0,)], (task, s)
+            assert CensoredPatient(path, str(later)).query(sql, (key,))[1][0][0] >= 1, (task, s)
