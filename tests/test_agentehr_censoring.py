@@ -146,3 +146,16 @@ def test_every_patient_has_a_file_with_only_their_rows(folder):
     reference = sqlite3.connect(folder / "reference.db")
     assert {n for (n,) in reference.execute("SELECT name FROM sqlite_master")} >= {"d_labitems", "d_items"}
     assert patient_file(folder, "10000013").name == "patient_10000013.db"
+
+
+def test_dictionary_columns_are_joined_in_and_the_reference_is_only_read_through_views(folder):
+    path = max(folder.glob("patient_*.db"), key=lambda p: sqlite3.connect(p).execute(
+        "SELECT COUNT(*) FROM labevents").fetchone()[0])
+    view = CensoredPatient(path, "2300-01-01 00:00:00", folder / "reference.db")
+    names, rows = view.query("SELECT itemid, label, fluid FROM labevents")
+    assert rows and all(label for _, label, _ in rows)
+    raw = sqlite3.connect(path).execute("SELECT COUNT(*) FROM labevents").fetchone()[0]
+    assert len(rows) == raw                                      # the join adds columns, never rows
+    assert "long_title" in view.tables["diagnoses_icd"] and "label" in view.tables["chartevents"]
+    with pytest.raises(sqlite3.Error):
+        view.query("SELECT * FROM ref.d_labitems")

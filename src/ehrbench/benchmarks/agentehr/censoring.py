@@ -55,6 +55,17 @@ IMPLIED = {
     "procedureevents": ("endtime", ("value", "statusdescription", "originalamount", "ordercategorydescription")),
     "pharmacy": ("stoptime", ("status", "duration")),
 }
+# dictionary columns joined into a table's view, as the original merges its d_* tables in (link_information.json)
+LINKS = {
+    "labevents": ("d_labitems", ("itemid",), ("label", "fluid", "category")),
+    "chartevents": ("d_items", ("itemid",), ("label", "category", "unitname")),
+    "inputevents": ("d_items", ("itemid",), ("label", "category")),
+    "outputevents": ("d_items", ("itemid",), ("label", "category")),
+    "procedureevents": ("d_items", ("itemid",), ("label", "category")),
+    "datetimeevents": ("d_items", ("itemid",), ("label", "category")),
+    "diagnoses_icd": ("d_icd_diagnoses", ("icd_code", "icd_version"), ("long_title",)),
+    "procedures_icd": ("d_icd_procedures", ("icd_code", "icd_version"), ("long_title",)),
+}
 _READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 
 
@@ -68,20 +79,26 @@ def is_time(table: str, column: str) -> bool:
 
 def _cell(table: str, column: str, cutoff: str) -> str:
     """The column as the view shows it: a time at or after the cutoff is NULL, and so are the columns it implies."""
-    q = f'"{column}"'
+    q, name = f't."{column}"', f'"{column}"'
     if column in DATE_COLUMNS:                       # a date is known at the end of its day
-        return f"CASE WHEN {q} >= date('{cutoff}') THEN NULL ELSE {q} END AS {q}"
+        return f"CASE WHEN {q} >= date('{cutoff}') THEN NULL ELSE {q} END AS {name}"
     if is_time(table, column):
-        return f"CASE WHEN {q} >= '{cutoff}' THEN NULL ELSE {q} END AS {q}"
+        return f"CASE WHEN {q} >= '{cutoff}' THEN NULL ELSE {q} END AS {name}"
     anchor, implied = IMPLIED.get(table, (None, ()))
     if column in implied:
-        return f'CASE WHEN "{anchor}" IS NULL OR "{anchor}" >= \'{cutoff}\' THEN NULL ELSE {q} END AS {q}'
-    return q
+        return f'CASE WHEN t."{anchor}" IS NULL OR t."{anchor}" >= \'{cutoff}\' THEN NULL ELSE {q} END AS {name}'
+    return f"{q} AS {name}"
 
 
-def view_sql(table: str, columns: list[str], cutoff: str) -> str:
-    """The censored view of one table at `cutoff` ('YYYY-MM-DD HH:MM:SS')."""
+def view_sql(table: str, columns: list[str], cutoff: str, reference: bool = False) -> str:
+    """The censored view of one table at `cutoff` ('YYYY-MM-DD HH:MM:SS'), with its dictionary's columns joined
+    when the reference database is attached."""
     shown = ", ".join(_cell(table, c, cutoff) for c in columns)
+    source = f'raw."{table}" AS t'
+    if reference and table in LINKS:
+        dictionary, keys, extra = LINKS[table]
+        shown += "".join(f', d."{c}" AS "{c}"' for c in extra if c not in columns)
+        source += f' LEFT JOIN ref."{dictionary}" AS d ON ' + " AND ".join(f't."{k}" = d."{k}"' for k in keys)
     if table in KNOWN:
         where = f"{KNOWN[table]} < '{cutoff}'"
     elif table in CODED_AT_DISCHARGE:
@@ -90,7 +107,8 @@ def view_sql(table: str, columns: list[str], cutoff: str) -> str:
         where = "1"
     else:
         raise CensoringError(f"table {table!r} has no censoring rule (censoring.KNOWN); it would be shown uncensored")
-    return f'CREATE TEMP VIEW "{table}" AS SELECT {shown} FROM raw."{table}" WHERE {where}'
+    where = where.replace("hadm_id IN", "t.hadm_id IN") if table in CODED_AT_DISCHARGE else where
+    return f'CREATE TEMP VIEW "{table}" AS SELECT {shown} FROM {source} WHERE {where}'
 
 
 def check_cutoff(cutoff: str) -> str:
@@ -106,22 +124,24 @@ def check_cutoff(cutoff: str) -> str:
 class CensoredPatient:
     """One episode's view of one patient at one time: `conn` answers SQL over the censored views only."""
 
-    def __init__(self, patient_file: str | Path, cutoff: str):
+    def __init__(self, patient_file: str | Path, cutoff: str, reference_file: str | Path | None = None):
         self.cutoff = check_cutoff(cutoff)
         self.conn = sqlite3.connect("file::memory:", uri=True, check_same_thread=False)
         self.conn.execute("ATTACH DATABASE ? AS raw", (f"file:{Path(patient_file).resolve()}?mode=ro",))
+        if reference_file is not None:
+            self.conn.execute("ATTACH DATABASE ? AS ref", (f"file:{Path(reference_file).resolve()}?mode=ro",))
         self.tables: dict[str, list[str]] = {}
         for (table,) in self.conn.execute("SELECT name FROM raw.sqlite_master WHERE type = 'table' ORDER BY name"):
             columns = [r[1] for r in self.conn.execute(f'PRAGMA raw.table_info("{table}")')]
-            self.conn.execute(view_sql(table, columns, self.cutoff))
-            self.tables[table] = columns
+            self.conn.execute(view_sql(table, columns, self.cutoff, reference_file is not None))
+            self.tables[table] = [d[0] for d in self.conn.execute(f'SELECT * FROM "{table}" LIMIT 0').description]
         self.conn.set_authorizer(self._authorize)
 
     @staticmethod
     def _authorize(action, arg1, arg2, dbname, source):
         """Reads of the raw file only through a view (`source` names it); no writes, no ATTACH, no PRAGMA."""
         if action in _READS:
-            return sqlite3.SQLITE_OK if dbname != "raw" or source else sqlite3.SQLITE_DENY
+            return sqlite3.SQLITE_OK if dbname not in ("raw", "ref") or source else sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_DENY
 
     def query(self, sql: str, params: tuple = ()) -> tuple[list[str], list[tuple]]:
