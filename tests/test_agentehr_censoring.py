@@ -102,12 +102,13 @@ def test_run_sql_over_the_views_cannot_reach_the_raw_file_or_write(folder):
     assert view.query("SELECT COUNT(*) FROM labevents")[1] == [(0,)]
     for sql in ("SELECT COUNT(*) FROM raw.labevents", "SELECT * FROM raw.admissions",
                 "ATTACH DATABASE 'x.db' AS y", "PRAGMA raw.table_info(labevents)", "DELETE FROM labevents",
-                "CREATE TABLE t (a)", "DROP VIEW labevents"):
+                "CREATE TABLE t (a)", "DROP TABLE labevents", "INSERT INTO labevents (subject_id) VALUES (1)"):
         with pytest.raises(sqlite3.Error):
             view.query(sql)
     assert view.query("SELECT COUNT(*) FROM labevents")[1] == [(0,)]           # still censored afterwards
+    assert view.query("SELECT COUNT(*) FROM patients")[1] == [(1,)]
     with pytest.raises(ValueError, match="must be 'YYYY-MM-DD HH:MM:SS'"):
-        CensoredPatient(path, "2150-01-01'; DROP VIEW labevents; --")
+        CensoredPatient(path, "2150-01-01'; DROP TABLE labevents; --")
 
 
 def test_two_episodes_of_one_patient_at_different_times_share_nothing(folder):
@@ -148,7 +149,7 @@ def test_every_patient_has_a_file_with_only_their_rows(folder):
     assert patient_file(folder, "10000013").name == "patient_10000013.db"
 
 
-def test_dictionary_columns_are_joined_in_and_the_reference_is_only_read_through_views(folder):
+def test_dictionary_columns_are_joined_in_and_the_reference_is_not_reachable(folder):
     path = max(folder.glob("patient_*.db"), key=lambda p: sqlite3.connect(p).execute(
         "SELECT COUNT(*) FROM labevents").fetchone()[0])
     view = CensoredPatient(path, "2300-01-01 00:00:00", folder / "reference.db")

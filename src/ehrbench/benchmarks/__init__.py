@@ -18,6 +18,7 @@ BENCHMARKS = {
     "ehrchatqa": "ehrbench.benchmarks.ehrchatqa.benchmark:EhrChatQA",
     "ehragent": "ehrbench.benchmarks.ehragent.benchmark:EhrAgentBenchmark",
     "clinsql": "ehrbench.benchmarks.clinsql.benchmark:ClinSqlBenchmark",
+    "agentehr": "ehrbench.benchmarks.agentehr.benchmark:AgentEhrBenchmark",
 }
 
 

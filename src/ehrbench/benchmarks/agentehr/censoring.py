@@ -1,4 +1,4 @@
-"""What an AgentEHR episode may see of its patient at the prediction time t: the patient's file behind censored views.
+"""What an AgentEHR episode may see of its patient at the prediction time t: censored copies of the patient's file.
 
 The guarantee: no row whose event became known at or after t is visible, and no visible cell holds a time at or
 after t, through any tool, `run_sql_query` included. Each table is censored by when its row became known, not by its
@@ -13,11 +13,12 @@ first time column as the original does (which showed the current admission's dis
   location, death flag and death time; a current ICU stay's length and last unit; a running procedure's duration;
   a dispensing's status): `IMPLIED`.
 
-`CensoredPatient` opens the patient's file read-only in a private in-memory connection of its own and creates one
-temporary view per table under the table's own name, so every episode has its own state (two episodes of one
-patient at different times share nothing). An authorizer refuses any read of the raw file that does not go through
-a view, and every write; `tests/test_agentehr_censoring.py` checks the guarantee on every table over many
-(patient, t) pairs against an independent statement of the rules.
+`CensoredPatient` opens the patient's file read-only in a private in-memory connection of its own, copies each table
+censored into a temporary table of the same name (a patient's record is small: milliseconds), then detaches the raw
+file and the reference, so nothing uncensored is reachable at all; every episode has its own state (two episodes of
+one patient at different times share nothing), and an authorizer refuses writes, ATTACH and PRAGMA.
+`tests/test_agentehr_censoring.py` checks the guarantee on every table over many (patient, t) pairs against an
+independent statement of the rules.
 """
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def _cell(table: str, column: str, cutoff: str) -> str:
 
 
 def view_sql(table: str, columns: list[str], cutoff: str, reference: bool = False) -> str:
-    """The censored view of one table at `cutoff` ('YYYY-MM-DD HH:MM:SS'), with its dictionary's columns joined
+    """The censored copy of one table at `cutoff` ('YYYY-MM-DD HH:MM:SS'), with its dictionary's columns joined
     when the reference database is attached."""
     shown = ", ".join(_cell(table, c, cutoff) for c in columns)
     source = f'raw."{table}" AS t'
@@ -108,7 +109,7 @@ def view_sql(table: str, columns: list[str], cutoff: str, reference: bool = Fals
     else:
         raise CensoringError(f"table {table!r} has no censoring rule (censoring.KNOWN); it would be shown uncensored")
     where = where.replace("hadm_id IN", "t.hadm_id IN") if table in CODED_AT_DISCHARGE else where
-    return f'CREATE TEMP VIEW "{table}" AS SELECT {shown} FROM {source} WHERE {where}'
+    return f'CREATE TEMP TABLE "{table}" AS SELECT {shown} FROM {source} WHERE {where}'
 
 
 def check_cutoff(cutoff: str) -> str:
@@ -134,15 +135,18 @@ class CensoredPatient:
         for (table,) in self.conn.execute("SELECT name FROM raw.sqlite_master WHERE type = 'table' ORDER BY name"):
             columns = [r[1] for r in self.conn.execute(f'PRAGMA raw.table_info("{table}")')]
             self.conn.execute(view_sql(table, columns, self.cutoff, reference_file is not None))
-            self.tables[table] = [d[0] for d in self.conn.execute(f'SELECT * FROM "{table}" LIMIT 0').description]
+            self.tables[table] = [d[0] for d in self.conn.execute(f'SELECT * FROM temp."{table}" LIMIT 0')
+                                  .description]
+        self.conn.commit()
+        self.conn.execute("DETACH DATABASE raw")
+        if reference_file is not None:
+            self.conn.execute("DETACH DATABASE ref")
         self.conn.set_authorizer(self._authorize)
 
     @staticmethod
     def _authorize(action, arg1, arg2, dbname, source):
-        """Reads of the raw file only through a view (`source` names it); no writes, no ATTACH, no PRAGMA."""
-        if action in _READS:
-            return sqlite3.SQLITE_OK if dbname not in ("raw", "ref") or source else sqlite3.SQLITE_DENY
-        return sqlite3.SQLITE_DENY
+        """Reads only: no writes, no ATTACH (the raw file back), no PRAGMA."""
+        return sqlite3.SQLITE_OK if action in _READS else sqlite3.SQLITE_DENY
 
     def query(self, sql: str, params: tuple = ()) -> tuple[list[str], list[tuple]]:
         cursor = self.conn.execute(sql, params)

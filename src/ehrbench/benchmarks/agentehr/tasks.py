@@ -123,7 +123,8 @@ def write_candidates(source: str | Path, path: str | Path) -> Path:
         tests = sorted({spec["mimic_test"].upper() for spec in vocabulary().micro.values()})
         out.execute("CREATE TABLE microbiologyevents_candidates (candidate TEXT PRIMARY KEY)")
         out.executemany("INSERT INTO microbiologyevents_candidates VALUES (?)", [(x,) for x in tests])
-        units = sorted({u for (u,) in src.execute("SELECT DISTINCT careunit FROM transfers WHERE careunit IS NOT NULL")})
+        units = sorted({u for (u,) in src.execute("SELECT DISTINCT careunit FROM transfers "
+                                                  "WHERE careunit IS NOT NULL")})
         out.execute("CREATE TABLE transfers_candidates (candidate TEXT PRIMARY KEY)")
         out.executemany("INSERT INTO transfers_candidates VALUES (?)", [(u,) for u in units])
         out.commit()

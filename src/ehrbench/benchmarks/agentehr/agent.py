@@ -1,0 +1,106 @@
+"""AgentEHR's agents: the ReAct loop of the public code (MCPBaseAgent), and the reference.
+
+The first user message is the original's: `<agent_instruction>` with its base instruction, then the task's
+instruction and the patient's subject id and current time (`prompts.yaml`, copied from the public code). The agent
+loads the EHR itself as step 0 (a load_ehr call the model did not make, as the original inserts it), then the model
+makes one tool call per step; `finish(response=[...])` ends the trial with that list as the answer (JSON). A reply
+with no tool call becomes a `think` call with its text, as the original turns it into a think action. At most
+`max_turns` (100) steps; five identical observations in a row also stop it (the original's max_same_steps); then, as
+the original's forced termination, the termination instruction is sent with `finish` as the only tool.
+
+`ReferenceAgent` reaches every label through the tools: load_ehr, then get_candidates_by_keyword for each label's
+name in the task's candidate table, then finish with the names: it must score F1 = 1.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+
+import yaml
+
+from ...llm.base import ChatRequest
+from ...llm.usage import MeteredModel
+from ...trial import Message, ToolCall
+from .tasks import CANDIDATE_TABLES
+from .tools import SPECS
+
+MAX_TURNS = 100
+MAX_SAME = 5
+
+
+@functools.lru_cache(maxsize=1)
+def prompts() -> dict:
+    return yaml.safe_load(resources.files("ehrbench.benchmarks.agentehr.data").joinpath("prompts.yaml").read_text())
+
+
+def first_message(task: str, subject_id: int, current_time: str) -> str:
+    p = prompts()
+    instruction = p["task_template"].format(specific=p["tasks"][task], current_time=current_time,
+                                            subject_id=subject_id)
+    return f"<agent_instruction>\n{p['base_instruction']}\n</agent_instruction>\n\n{instruction}"
+
+
+def answer(names: list[str]) -> Message:
+    return Message("assistant", json.dumps([str(n) for n in names], ensure_ascii=False))
+
+
+def load_call(subject_id: int, current_time: str) -> Message:
+    return Message("assistant", None, tool_call=ToolCall("load_ehr", {"subject_id": str(subject_id),
+                                                                      "timestamp": current_time}, "call_0"))
+
+
+class ReActAgent:
+    def __init__(self, model: MeteredModel, subject_id: int, current_time: str, temperature: float = 0.0,
+                 seed: int | None = None, max_turns: int = MAX_TURNS):
+        self.model, self.subject_id, self.current_time = model, subject_id, current_time
+        self.temperature, self.seed, self.max_turns = temperature, seed, max_turns
+        self.tools = [s for s in SPECS if s["name"] != "load_ehr"]
+
+    def _stuck(self, history: list[Message]) -> bool:
+        observations = [m.content for m in history if m.role == "tool"]
+        steps = sum(1 for m in history if m.is_tool_call) - 1            # load_ehr is step 0
+        return steps >= self.max_turns or (len(observations) >= MAX_SAME + 1 and
+                                           len(set(observations[-MAX_SAME:])) == 1)
+
+    async def act(self, history: list[Message]) -> Message:
+        if not any(m.is_tool_call for m in history):
+            return load_call(self.subject_id, self.current_time)
+        forced = self._stuck(history)
+        conversation = history + ([Message("user", prompts()["termination_instruction"])] if forced else [])
+        tools = [s for s in self.tools if s["name"] == "finish"] if forced else self.tools
+        response = await self.model.complete(ChatRequest(conversation, tools=tools, temperature=self.temperature,
+                                                         seed=self.seed))
+        call = response.tool_calls[0] if response.tool_calls else None
+        if call is not None and call.name == "finish" and not response.malformed:
+            names = call.arguments.get("response", [])
+            return answer(names if isinstance(names, list) else [names])
+        if forced or call is None and not (response.text or "").strip():
+            return Message("assistant", response.text or "[]", finish_reason=response.finish_reason)
+        if call is None:                   # text without a call: a think step, as the original makes it
+            call_id = f"call_{len(history)}"
+            return Message("assistant", None, tool_call=ToolCall("think", {"response": response.text}, call_id),
+                           finish_reason=response.finish_reason, provider_parts=response.provider_parts)
+        from ...agents.tool_calling import tool_call_message
+
+        return tool_call_message(response, f"call_{len(history)}")
+
+
+class ReferenceAgent:
+    """The oracle: load, look every label up in the candidate table, finish with them."""
+
+    def __init__(self, sample: dict, scripted):
+        self.sample, self.scripted = sample, scripted
+        self.names = list(dict.fromkeys(x["name"] for x in sample["label"]))
+
+    async def act(self, history: list[Message]) -> Message:
+        await self.scripted()
+        calls = sum(1 for m in history if m.is_tool_call)
+        if calls == 0:
+            return load_call(self.sample["subject_id"], self.sample["prediction_time"])
+        if calls <= len(self.names):
+            name = self.names[calls - 1]
+            return Message("assistant", None, tool_call=ToolCall(
+                "get_candidates_by_keyword", {"table_name": CANDIDATE_TABLES[self.sample["task"]], "keyword": name},
+                f"call_{calls}"))
+        return answer(self.names)

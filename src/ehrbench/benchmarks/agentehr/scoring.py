@@ -1,0 +1,83 @@
+"""AgentEHR's metrics: set F1 per sample, Best@K over runs, and the interaction-error taxonomy.
+
+F1 is the original's (src/test.py): prediction and labels as sets, compared case-insensitively by exact string;
+P = |Y ∩ Y*| / |Y|, R = |Y ∩ Y*| / |Y*|; an empty or unreadable prediction scores 0. The prediction is read as
+JSON (a list of strings, or of objects whose first value is the name), never with eval; the original's reader
+also stopped at the first `]`, which this one does not. Best@K is the expected maximum F1 over K of N runs.
+The taxonomy is the paper's (the public code has none): see `interaction_errors`.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+
+
+def parse_prediction(text: str | None) -> list[str]:
+    """The names in a final answer: a JSON list (in a ```json fence or bare), else nothing."""
+    if not text:
+        return []
+    body = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
+    candidates = [body] + re.findall(r"\[.*\]", body, flags=re.S)
+    for candidate in candidates:
+        try:
+            value = json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, list):
+            names = [next(iter(v.values()), "") if isinstance(v, dict) else v for v in value]
+            return [str(n).strip() for n in names if isinstance(n, (str, int, float)) and str(n).strip()]
+    return []
+
+
+def f1(predicted: list[str], labels: list[str]) -> dict[str, float]:
+    pred = {p.strip().lower() for p in predicted if p and p.strip()}
+    gold = {g.strip().lower() for g in labels if g and g.strip()}
+    hit = len(pred & gold)
+    if not pred or not gold or not hit:
+        return {"f1": 0.0, "precision": hit / len(pred) if pred else 0.0, "recall": hit / len(gold) if gold else 0.0}
+    p, r = hit / len(pred), hit / len(gold)
+    return {"f1": 2 * p * r / (p + r), "precision": p, "recall": r}
+
+
+def best_at_k(scores: list[float], k: int) -> float:
+    """Expected max over a random k of the n runs (the original's calculate_true_best_at_k)."""
+    s, n = sorted(scores), len(scores)
+    k = min(k, n)
+    return sum(math.comb(i - 1, k - 1) / math.comb(n, k) * s[i - 1] for i in range(k, n + 1)) if n else 0.0
+
+
+ERRORS = ("no_prediction", "tool_repeat", "single_tool_loop", "multi_tool_cyclic_loop", "tool_usage_error",
+          "no_candidate_tool")
+
+
+def _similar(a: dict, b: dict) -> float:
+    return difflib.SequenceMatcher(None, json.dumps(a, sort_keys=True), json.dumps(b, sort_keys=True)).ratio()
+
+
+def interaction_errors(calls: list[tuple[str, dict, str]], predicted: list[str]) -> dict[str, int]:
+    """The paper's taxonomy over a trajectory's (tool, arguments, observation) calls, each 0 or 1:
+    no prediction; tool repeat (the same tool and arguments 5 calls running); single-tool loop (the same tool 10
+    calls running with arguments > 0.95 similar, Ratcliff-Obershelp); multi-tool cyclic loop (more than 15 calls
+    each > 0.95 similar to an earlier call of the same tool, not all one tool); tool usage error (an unknown tool or
+    bad arguments); no candidate tool (no candidate search before answering)."""
+    out = dict.fromkeys(ERRORS, 0)
+    out["no_prediction"] = int(not predicted)
+    run = 1
+    for prev, cur in zip(calls, calls[1:]):
+        run = run + 1 if (prev[0], prev[1]) == (cur[0], cur[1]) else 1
+        if run >= 5:
+            out["tool_repeat"] = 1
+    run = 1
+    for prev, cur in zip(calls, calls[1:]):
+        run = run + 1 if prev[0] == cur[0] and _similar(prev[1], cur[1]) > 0.95 else 1
+        if run >= 10:
+            out["single_tool_loop"] = 1
+    similar = sum(1 for i, c in enumerate(calls)
+                  if any(p[0] == c[0] and _similar(p[1], c[1]) > 0.95 for p in calls[:i]))
+    out["multi_tool_cyclic_loop"] = int(similar > 15 and len({c[0] for c in calls}) > 1)
+    out["tool_usage_error"] = int(any(o.startswith(("Error: Unknown tool", "Error executing tool"))
+                                      for _, _, o in calls))
+    out["no_candidate_tool"] = int(bool(predicted) and not any(c[0].startswith("get_candidates_by") for c in calls))
+    return out

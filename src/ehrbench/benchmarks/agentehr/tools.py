@@ -1,0 +1,400 @@
+"""AgentEHR's tools (the public code's MCP server, src/agentlite/mcp_tools/), over one episode's censored patient.
+
+The 19 tools of the paper keep the original's names, arguments and returned strings: inner (think; finish is the
+agent's), record (get_records_by_time, get_event_counts_by_time, get_latest_records, get_records_by_keyword,
+get_records_by_value, run_sql_query, get_unique_values), candidate (get_candidates_by_keyword,
+get_candidates_by_fuzzy_matching, get_candidates_by_semantic_similarity), table (get_column_names, get_table_names,
+get_table_description) and knowledge (retrieve_pubmed, retrieve_textbooks, retrieve_statpearls, retrieve_wikipedia),
+plus load_ehr, which the agent calls first. Tables print as pandas' `to_string(index=False)`, as the original's do.
+Differences, on purpose:
+- every record tool and `run_sql_query` reads the censored views (`censoring.py`), so nothing at or after the
+  prediction time is reachable; `subject_id` must be the episode's patient;
+- the fuzzy ratio is RapidFuzz's (what thefuzz 0.22 calls), the semantic search embeds with the project's offline
+  model (all-MiniLM-L6-v2), not BioLORD-2023;
+- the knowledge tools search, with BM25, a substitute corpus the project ships (the world's conditions, drugs and
+  tests, `knowledge.py`), not MedRAG's PubMed, textbooks, StatPearls and Wikipedia; each result says so.
+Observations are cut to their last 8,000 characters by the agent (`agent.py`), as the original's agent does.
+"""
+from __future__ import annotations
+
+import functools
+import sqlite3
+from pathlib import Path
+
+import pandas
+
+from .censoring import CensoredPatient
+
+UNIQUE_LIMIT = 50
+FUZZY_LIMIT, FUZZY_THRESHOLD = 5, 0
+SEMANTIC_LIMIT, SEMANTIC_THRESHOLD = 5, 0.5
+
+
+def _table(columns, rows) -> str:
+    return pandas.DataFrame([["nan" if v is None else v for v in r] for r in rows],
+                            columns=columns).to_string(index=False)
+
+
+def _time(text: str) -> str:
+    """A tool's time argument: 'YYYY-MM-DD HH:MM:SS' or 'YYYY-MM-DD' (midnight), as pandas would read it."""
+    return str(pandas.to_datetime(text.strip()).to_pydatetime().replace(microsecond=0))
+
+
+def timestamp_column(columns: list[str]) -> str | None:
+    """The original's rule: the first column whose name contains 'time' or 'date'."""
+    return next((c for c in columns if "time" in c or "date" in c), None)
+
+
+@functools.lru_cache(maxsize=8)
+def candidate_tables(path: str) -> dict[str, tuple[list[str], list[tuple]]]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        out = {}
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"):
+            cursor = conn.execute(f'SELECT * FROM "{name}"')
+            out[name] = ([d[0] for d in cursor.description], cursor.fetchall())
+        return out
+    finally:
+        conn.close()
+
+
+class AgentEhrTools:
+    """One episode's tools: its patient's censored view, the candidate tables, the embedder and the corpus."""
+
+    def __init__(self, patient_file: str | Path, reference_file: str | Path, candidates_file: str | Path,
+                 subject_id: int, prediction_time: str, embed=None, knowledge=None):
+        self.files = (patient_file, reference_file)
+        self.subject_id, self.prediction_time = int(subject_id), prediction_time
+        self.candidates = candidate_tables(str(Path(candidates_file).resolve()))
+        self.embed, self.knowledge = embed, knowledge
+        self.view: CensoredPatient | None = None
+
+    # --- plumbing ---------------------------------------------------------------------------------------------
+    async def call(self, name: str, arguments: dict) -> str:
+        method = getattr(self, f"tool_{name}", None)
+        if method is None:
+            return f"Error: Unknown tool '{name}'."
+        try:
+            return limit_output(str(await method(**arguments)))
+        except TypeError as e:                           # missing or unknown arguments: the model's usage error
+            return f"Error executing tool {name}: {e}"
+
+    def _patient(self, subject_id) -> str | None:
+        if str(subject_id).strip() != str(self.subject_id):
+            return (f"Error: patient {subject_id} is not this task's patient; the EHR loaded is for subject_id "
+                    f"{self.subject_id}.")
+        if self.view is None:
+            return "Error: No EHR data loaded. Call load_ehr first."
+        return None
+
+    def _rows(self, table: str) -> tuple[list[str], list[tuple]]:
+        return self.view.query(f'SELECT * FROM "{table}"')
+
+    def _ehr_table(self, table: str, function: str) -> str | None:
+        if table in self.candidates:
+            return f"Error: The tool `{function}` cannot be used to search the Candidate Table: `{table}`."
+        if table not in self.view.tables:
+            return f"Error: Table '{table}' not found in EHR Table list: {sorted(self.view.tables)}."
+        return None
+
+    # --- load ------------------------------------------------------------------------------------------------
+    async def tool_load_ehr(self, subject_id: str, timestamp: str) -> str:
+        if str(subject_id).strip() != str(self.subject_id):
+            return f"Error: patient {subject_id} is not this task's patient (subject_id {self.subject_id})."
+        if timestamp.strip() != self.prediction_time:
+            return (f"Error: the current time of this task is {self.prediction_time}; load the EHR at that time "
+                    "(records after it do not exist yet).")
+        if self.view is None:
+            self.view = CensoredPatient(*self.files[:1], self.prediction_time, self.files[1])
+        lines = ["Loading Candidate Tables:"]
+        lines += [f" - Loading '{t}' with {len(rows)} rows." for t, (_, rows) in self.candidates.items()]
+        lines.append("Loading EHR Tables:")
+        lines += [f" - Loading '{t}' with {self._count(t)} rows." for t in self.view.tables]
+        return "\n".join(lines)
+
+    def _count(self, table: str) -> int:
+        return self.view.query(f'SELECT COUNT(*) FROM "{table}"')[1][0][0]
+
+    # --- inner -----------------------------------------------------------------------------------------------
+    async def tool_think(self, response: str) -> str:
+        return "Thinking Finish"
+
+    # --- table -----------------------------------------------------------------------------------------------
+    async def tool_get_table_names(self, subject_id: str) -> str:
+        if err := self._patient(subject_id):
+            return err
+        return ("Available Tables:\n\nEHR Tables:\n" + ", ".join(sorted(self.view.tables)) +
+                "\n\nCandidate Tables:\n" + ", ".join(sorted(self.candidates)))
+
+    async def tool_get_column_names(self, subject_id: str, table_name: str) -> str:
+        if err := self._patient(subject_id):
+            return err
+        columns = self.view.tables.get(table_name) or (self.candidates.get(table_name) or ([], []))[0]
+        if not columns:
+            return f"Error: Table '{table_name}' not found in EHR or candidate table lists."
+        return f"Columns for table '{table_name}': {', '.join(columns)}"
+
+    async def tool_get_table_description(self, table_name: str) -> str:
+        from .knowledge import table_description
+
+        return table_description(table_name)
+
+    async def tool_get_unique_values(self, subject_id: str, table_name: str, column_name: str) -> str:
+        if err := self._patient(subject_id):
+            return err
+        if table_name not in self.view.tables:
+            return f"Error: Table '{table_name}' not found in EHR table list."
+        if column_name not in self.view.tables[table_name]:
+            return f"Error: Column '{column_name}' not found in table '{table_name}'."
+        values = [v for (v,) in self.view.query(f'SELECT DISTINCT "{column_name}" FROM "{table_name}"')[1]]
+        values = sorted("nan" if v is None else str(v) for v in values)
+        if len(values) > UNIQUE_LIMIT:
+            return (f"Error: The column '{column_name}' has {len(values)} unique values, which is too many to "
+                    f"display. This tool is intended for categorical columns with fewer than {UNIQUE_LIMIT} "
+                    f"options. Here are the first 10 examples: {values[:10]}")
+        return str(values)
+
+    # --- records ---------------------------------------------------------------------------------------------
+    async def tool_get_records_by_time(self, subject_id: str, table_name: str, start_time: str, end_time: str) -> str:
+        if err := self._patient(subject_id) or self._ehr_table(table_name, "get_records_by_time"):
+            return err
+        columns, rows = self._rows(table_name)
+        column = timestamp_column(columns)
+        if column is None:
+            return f"Error: No timestamp column found in table '{table_name}'. Cannot filter by time."
+        try:
+            lo, hi = _time(start_time), _time(end_time)
+        except (ValueError, TypeError):
+            return ("Error: Start time or end time format is invalid. Please use a format like 'YYYY-MM-DD' or "
+                    "'YYYY-MM-DD HH:MM:SS'.")
+        i = columns.index(column)
+        found = [r for r in rows if r[i] is not None and lo <= _time(str(r[i])) <= hi]
+        if not found:
+            return f"No records found in table '{table_name}' between {start_time} and {end_time}."
+        return _table(columns, found)
+
+    async def tool_get_event_counts_by_time(self, subject_id: str, start_time: str, end_time: str) -> str:
+        if err := self._patient(subject_id):
+            return err
+        try:
+            lo, hi = _time(start_time), _time(end_time)
+        except (ValueError, TypeError):
+            return ("Error: Start time or end time format is invalid. Please use a format like 'YYYY-MM-DD' or "
+                    "'YYYY-MM-DD HH:MM:SS'.")
+        lines = [f"Event counts between {start_time} and {end_time}:"]
+        for table in sorted(self.view.tables):
+            columns, rows = self._rows(table)
+            column = timestamp_column(columns)
+            if column is None:
+                lines.append(f"- {table}: Could not find a timestamp column.")
+                continue
+            i = columns.index(column)
+            lines.append(f"- {table}: {sum(1 for r in rows if r[i] is not None and lo <= _time(str(r[i])) <= hi)} "
+                         "events")
+        return "\n".join(lines)
+
+    async def tool_get_latest_records(self, subject_id: str, table_name: str) -> str:
+        if err := self._patient(subject_id) or self._ehr_table(table_name, "get_latest_records"):
+            return err
+        columns, rows = self._rows(table_name)
+        column = timestamp_column(columns)
+        if column is None:
+            return f"Error: No timestamp column found in table '{table_name}'. Cannot find the latest records."
+        i = columns.index(column)
+        times = [r[i] for r in rows if r[i] is not None]
+        if not times:
+            return f"No valid timestamps found in table '{table_name}' to determine the latest records."
+        latest = max(times, key=lambda x: _time(str(x)))
+        return _table(columns, [r for r in rows if r[i] == latest])
+
+    async def tool_get_records_by_keyword(self, subject_id: str, table_name: str, keyword: str) -> str:
+        if err := self._patient(subject_id) or self._ehr_table(table_name, "get_records_by_keyword"):
+            return err
+        columns, rows = self._rows(table_name)
+        needle = str(keyword).lower()
+        found = [r for r in rows if any(isinstance(v, str) and needle in v.lower() for v in r)]
+        if not found:
+            return f"No records found in table '{table_name}' containing the keyword '{keyword}'."
+        return _table(columns, found)
+
+    async def tool_get_records_by_value(self, subject_id: str, table_name: str, column_name: str, value: str) -> str:
+        if err := self._patient(subject_id) or self._ehr_table(table_name, "get_records_by_value"):
+            return err
+        columns, rows = self._rows(table_name)
+        if column_name not in columns:
+            return f"Error: Column '{column_name}' not found in table '{table_name}'."
+        i = columns.index(column_name)
+        found = [r for r in rows if str("nan" if r[i] is None else r[i]).strip() == str(value).strip()]
+        if not found:
+            return f"No records found in table '{table_name}' where '{column_name}' equals '{value}'."
+        return _table(columns, found)
+
+    async def tool_run_sql_query(self, subject_id: str, sql_query: str) -> str:
+        if err := self._patient(subject_id):
+            return err
+        try:
+            columns, rows = self.view.query(sql_query)
+        except (sqlite3.Error, sqlite3.Warning, ValueError) as e:
+            return f"SQL Execution Error: {e}"
+        if not rows:
+            return "Query executed successfully but returned no results."
+        return _table(columns, rows)
+
+    # --- candidates ------------------------------------------------------------------------------------------
+    def _candidate_table(self, table_name: str):
+        return self.candidates.get(table_name)
+
+    async def tool_get_candidates_by_keyword(self, table_name: str, keyword: str) -> str:
+        found = self._candidate_table(table_name)
+        if found is None:
+            return f"Error: Table '{table_name}' not found in EHR table list: {sorted(self.candidates)}."
+        columns, rows = found
+        needle, seen, out = str(keyword).lower(), set(), []
+        for r in rows:
+            if any(isinstance(v, str) and needle in v.lower() for v in r) and r[0] not in seen:
+                seen.add(r[0])
+                out.append(r)
+        if not out:
+            return f"No candidates found in table '{table_name}' containing the keyword '{keyword}'."
+        return _table(columns, out)
+
+    async def tool_get_candidates_by_fuzzy_matching(self, table_name: str, keywords) -> str:
+        from rapidfuzz import fuzz
+
+        found = self._candidate_table(table_name)
+        if found is None:
+            return f"Error: Table '{table_name}' not found in candidate tables."
+        columns, rows = found
+        out = []
+        for keyword in [keywords] if isinstance(keywords, str) else list(keywords):
+            scored = sorted(((round(fuzz.ratio(str(r[0]).lower(), str(keyword).lower())), r) for r in rows),
+                            key=lambda x: -x[0])
+            seen, top = set(), []
+            for score, r in scored:
+                if score >= FUZZY_THRESHOLD and r[0] not in seen:
+                    seen.add(r[0])
+                    top.append((*r, score))
+                if len(top) == FUZZY_LIMIT:
+                    break
+            out.append(f"--- Results for keyword '{keyword}' (threshold: {FUZZY_THRESHOLD}, limit: {FUZZY_LIMIT}) "
+                       f"---\n{_table([*columns, 'similarity_score'], top)}\n" if top else
+                       f"--- No similar candidates found for keyword '{keyword}' (threshold: {FUZZY_THRESHOLD}) ---\n")
+        return "\n".join(out)
+
+    async def tool_get_candidates_by_semantic_similarity(self, table_name: str, query) -> str:
+        found = self._candidate_table(table_name)
+        if found is None:
+            return f"Error: Table '{table_name}' not found in candidate tables."
+        names = list(dict.fromkeys(str(r[0]) for r in found[1]))
+        out = []
+        for q in [query] if isinstance(query, str) else list(query):
+            scores = await self.embed(table_name, names, str(q))
+            ranked = [(n, round(s, 3)) for n, s in sorted(zip(names, scores), key=lambda x: -x[1])
+                      if s >= SEMANTIC_THRESHOLD][:SEMANTIC_LIMIT]
+            out.append(f"--- Semantic search results for '{q}' ---\nFound {len(ranked)} unique candidate names "
+                       f"(threshold: {SEMANTIC_THRESHOLD}, limit: {SEMANTIC_LIMIT})\n"
+                       f"{_table(['candidate', 'similarity'], ranked)}" if ranked else
+                       f"--- No semantically similar candidates found for '{q}' (threshold: {SEMANTIC_THRESHOLD}) "
+                       "---\n")
+        return "\n".join(out)
+
+    # --- knowledge (a substitute corpus) ---------------------------------------------------------------------
+    async def _retrieve(self, query: str, corpus: str) -> str:
+        return self.knowledge.search(query, corpus)
+
+    async def tool_retrieve_pubmed(self, query: str) -> str:
+        return await self._retrieve(query, "PubMed")
+
+    async def tool_retrieve_textbooks(self, query: str) -> str:
+        return await self._retrieve(query, "textbooks")
+
+    async def tool_retrieve_statpearls(self, query: str) -> str:
+        return await self._retrieve(query, "StatPearls")
+
+    async def tool_retrieve_wikipedia(self, query: str) -> str:
+        return await self._retrieve(query, "Wikipedia")
+
+    def close(self) -> None:
+        if self.view is not None:
+            self.view.close()
+
+
+def _spec(name: str, description: str, **params: tuple[str, str]) -> dict:
+    """A tool's schema for the model; params: name -> (JSON type, description)."""
+    props = {}
+    for p, (kind, text) in params.items():
+        props[p] = ({"type": "array", "items": {"type": "string"}, "description": text} if kind == "array"
+                    else {"type": kind, "description": text})
+    return {"name": name, "description": description,
+            "parameters": {"type": "object", "properties": props, "required": list(params)}}
+
+
+SUBJECT = ("string", "The unique identifier for the patient (e.g., '10000032').")
+TABLE = ("string", "The name of the table.")
+TIME_ARG = "'YYYY-MM-DD HH:MM:SS' or 'YYYY-MM-DD' format."
+# the original's descriptions (src/agentlite/mcp_tools/*.py), knowledge ones marked as the substitute they are
+SPECS = [
+    _spec("load_ehr", "Load the ehr data for the given subject_id and current_timestamp. This action should be taken "
+          "once at the beginning of each task.", subject_id=SUBJECT,
+          timestamp=("string", "The current timestamp in 'YYYY-MM-DD HH:MM:SS' format (e.g., '2150-12-01 10:00:00').")),
+    _spec("think", "Designed to synthesize information gathered from preceding operations and to articulate the "
+          "necessary subsequent actions. This tool must be invoked after every tool call to guarantee the logical "
+          "continuity and coherence of the inferential chain.", response=("string", "Your reasoning.")),
+    _spec("finish", "The final step in the reasoning process. Used only when all necessary data has been retrieved "
+          "and the clinical prediction is ready. The output MUST be a list of strings, where each string represents "
+          "a plausible prediction or synthesized finding.", response=("array", "The predictions.")),
+    _spec("get_records_by_time", "Finds records in a EHR Table that fall within a given time range. This is useful "
+          "for getting detailed event data for a specific period. Not that this tool cannot be used to search from "
+          "Candidate Tables.", subject_id=SUBJECT, table_name=TABLE, start_time=("string", TIME_ARG),
+          end_time=("string", TIME_ARG)),
+    _spec("get_event_counts_by_time", "Calculates the number of events in all EHR Tables that fall within a given "
+          "time range. This is useful for summarizing activity frequency.", subject_id=SUBJECT,
+          start_time=("string", TIME_ARG), end_time=("string", TIME_ARG)),
+    _spec("get_latest_records", "Finds the latest timestamp and returns all EHR Table that share that same timestamp "
+          "in EHR Table.", subject_id=SUBJECT, table_name=TABLE),
+    _spec("get_records_by_keyword", "Searches for all text-based columns of the specific EHR Table containing a "
+          "specific keyword.", subject_id=SUBJECT, table_name=TABLE, keyword=("string", "The keyword.")),
+    _spec("get_records_by_value", "Finds records in a EHR Table where a given column's value is exact match for the "
+          "keyword.", subject_id=SUBJECT, table_name=TABLE, column_name=("string", "The column."),
+          value=("string", "The value.")),
+    _spec("run_sql_query", "Executes a standard SQL query against the patient's EHR Table. All available tables "
+          "(e.g., 'labevents', 'admissions') are automatically loaded as SQL tables. Use this for complex filtering, "
+          "joins, aggregations, or finding trends across multiple tables.", subject_id=SUBJECT,
+          sql_query=("string", "The SQL query.")),
+    _spec("get_unique_values", "Retrieves all unique values from a specified categorical column in an EHR table. "
+          "This is essential for understanding the specific vocabulary, codes, or flags used in the database (e.g., "
+          "checking available options for 'admission_type' or 'flag').", subject_id=SUBJECT, table_name=TABLE,
+          column_name=("string", "The column.")),
+    _spec("get_candidates_by_keyword", "Searches for all text-based columns of the specific Candidate Table "
+          "containing a specific keyword, like the code index or the item name.", table_name=TABLE,
+          keyword=("string", "The keyword.")),
+    _spec("get_candidates_by_fuzzy_matching", "Finds similar items in a Candidate Table based on fuzzy matching.",
+          table_name=TABLE, keywords=("array", "One or more keywords.")),
+    _spec("get_candidates_by_semantic_similarity", "Performs semantic search using sentence embeddings to find "
+          "semantically similar unique entities in a specified Candidate Table. Returns distinct entities ranked by "
+          "semantic similarity, avoiding duplicates.", table_name=TABLE, query=("array", "One or more queries.")),
+    _spec("get_column_names", "Retrieves all column names for a specified table. This is essential for understanding "
+          "the data contained within a table and planning subsequent actions.", subject_id=SUBJECT,
+          table_name=TABLE),
+    _spec("get_table_names", "Retrieves the names of all available tables in the database, categorized into EHR "
+          "tables and candidates tables.", subject_id=SUBJECT),
+    _spec("get_table_description", "Retrieve EHR table description and column information from the hospital "
+          "database schema based on table name in a concise, readable format.", table_name=TABLE),
+    *[_spec(f"retrieve_{name}", f"{text} (ehrbench: a substitute corpus built from the benchmark world's "
+            "vocabulary.)", query=("string", "The query."))
+      for name, text in (("pubmed", "Retrieve abstract of relevant biomedical documents from PubMed corpus given a "
+                                    "query."),
+                         ("textbooks", "Retrieve domain specific knowledge from medical textbooks corpus given a "
+                                       "query."),
+                         ("statpearls", "Retrieve clinical decision support from StatPearls corpus given a query."),
+                         ("wikipedia", "Retrieve general knowledge from Wikipedia corpus given a query."))],
+]
+PAPER_TOOLS = [s["name"] for s in SPECS if s["name"] != "load_ehr"]     # the paper's 19
+MAX_OUTPUT = 8000
+
+
+def limit_output(text: str, limit: int = MAX_OUTPUT) -> str:
+    """The original agent's cut: the last `limit` characters, and how long it was."""
+    if len(text) <= limit:
+        return text
+    return text[-limit:] + f"... (totally {len(text)} str, and has been cut to {limit} str)"
