@@ -1,0 +1,214 @@
+"""AgentEHR: the tools' strings and limits over the censored patient, F1 / Best@K / the error taxonomy, the ReAct
+loop (finish, think, forced termination), and the main job (the reference at F1 = 1 through Ray and MLflow; ReAct
+with the real OpenAI client through the fake server)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from ehrbench.benchmarks.agentehr.agent import ReActAgent, first_message
+from ehrbench.benchmarks.agentehr.knowledge import Knowledge
+from ehrbench.benchmarks.agentehr.patient_db import split_patients
+from ehrbench.benchmarks.agentehr.scoring import best_at_k, f1, interaction_errors, parse_prediction
+from ehrbench.benchmarks.agentehr.tasks import make_samples, write_candidates
+from ehrbench.benchmarks.agentehr.tools import PAPER_TOOLS, AgentEhrTools, limit_output
+from ehrbench.llm.base import ChatResponse
+from ehrbench.schemas import WorldSpec, build_database
+from ehrbench.trial import ToolCall, run_trial
+from ehrbench.world.generator import WorldSize
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = WorldSpec(seed=4, size=WorldSize(mimic_patients=30, eicu_patients=0, eicu_hospitals=1), dictionary="used")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("agentehr_tools")
+    source = build_database("mimic_iv", SPEC, root)
+    folder = split_patients(source, root)
+    write_candidates(source, folder / "candidates.db")
+    return folder, make_samples(source)
+
+
+async def _fake_embed(table, names, query):
+    return [1.0 if query.lower() in n.lower() else 0.2 for n in names]
+
+
+def _tools(world, sample):
+    folder, _ = world
+    return AgentEhrTools(folder / f"patient_{sample['subject_id']}.db", folder / "reference.db",
+                         folder / "candidates.db", sample["subject_id"], sample["prediction_time"], _fake_embed,
+                         Knowledge())
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_the_tools_keep_the_original_s_names_strings_and_limits(world):
+    sample = max(world[1]["diagnoses_ccs"], key=lambda s: len(s["label"]))
+    tools, subject = _tools(world, sample), str(sample["subject_id"])
+    assert len(PAPER_TOOLS) == 19
+    assert run(tools.call("get_table_names", {"subject_id": subject})).startswith("Error: No EHR data loaded")
+    wrong = run(tools.call("load_ehr", {"subject_id": "1", "timestamp": sample["prediction_time"]}))
+    assert "not this task's patient" in wrong
+    loaded = run(tools.call("load_ehr", {"subject_id": subject, "timestamp": sample["prediction_time"]}))
+    assert loaded.startswith("Loading Candidate Tables:") and " - Loading 'labevents' with " in loaded
+    names = run(tools.call("get_table_names", {"subject_id": subject}))
+    assert names.startswith("Available Tables:\n\nEHR Tables:\n") and "diagnoses_ccs_candidates" in names
+    many = run(tools.call("get_unique_values", {"subject_id": subject, "table_name": "labevents",
+                                                "column_name": "labevent_id"}))
+    assert many.startswith("Error: The column 'labevent_id' has ") and "Here are the first 10 examples: [" in many
+    assert run(tools.call("get_unique_values", {"subject_id": subject, "table_name": "admissions",
+                                                "column_name": "insurance"})).startswith("['")
+    cand = run(tools.call("get_records_by_keyword", {"subject_id": subject, "table_name": "diagnoses_ccs_candidates",
+                                                     "keyword": "heart"}))
+    assert cand == ("Error: The tool `get_records_by_keyword` cannot be used to search the Candidate Table: "
+                    "`diagnoses_ccs_candidates`.")
+    sql = run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELECT COUNT(*) AS n FROM labevents"}))
+    assert sql.split()[0] == "n"
+    assert run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELEC 1"})).startswith(
+        "SQL Execution Error: ")
+    assert run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELECT * FROM labevents WHERE 0"})
+               ) == "Query executed successfully but returned no results."
+    # the labelled diagnoses are coded at discharge, after the prediction time: not there yet
+    assert run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": f"SELECT * FROM diagnoses_icd "
+                                            f"WHERE hadm_id = {sample['hadm_id']}"})).startswith("Query executed")
+    fuzzy = run(tools.call("get_candidates_by_fuzzy_matching", {"table_name": "diagnoses_ccs_candidates",
+                                                                "keywords": ["heart failur"]}))
+    assert fuzzy.startswith("--- Results for keyword 'heart failur' (threshold: 0, limit: 5) ---")
+    assert "similarity_score" in fuzzy and len(fuzzy.strip().splitlines()) == 7
+    semantic = run(tools.call("get_candidates_by_semantic_similarity", {"table_name": "diagnoses_ccs_candidates",
+                                                                        "query": "Septicemia"}))
+    assert "Found 1 unique candidate names (threshold: 0.5, limit: 5)" in semantic
+    knowledge = run(tools.call("retrieve_pubmed", {"query": "sepsis antibiotics"}))
+    assert knowledge.startswith("[ehrbench substitute for the PubMed corpus") and "Document [0] (Title: " in knowledge
+    assert run(tools.call("get_records_by_time", {"subject_id": subject})).startswith("Error executing tool")
+    assert run(tools.call("nope", {})) == "Error: Unknown tool 'nope'."
+    assert limit_output("x" * 9000).endswith("... (totally 9000 str, and has been cut to 8000 str)")
+    tools.close()
+
+
+def test_f1_best_at_k_and_the_taxonomy():
+    assert f1(["Septicemia (except in labor)", "x"], ["septicemia (except in labor)"]) == \
+        {"f1": pytest.approx(2 / 3), "precision": 0.5, "recall": 1.0}
+    assert f1([], ["a"])["f1"] == 0.0
+    assert parse_prediction('```json\n["A", "B"]\n```') == ["A", "B"]
+    assert parse_prediction('I think [{"name": "A"}] is right') == ["A"]
+    assert parse_prediction("__import__('os').system('x')") == []          # never eval
+    assert parse_prediction('["a]b", "c"]') == ["a]b", "c"]                 # the original stopped at the first ]
+    assert best_at_k([0.2, 0.4, 0.6], 1) == pytest.approx(0.4)
+    assert best_at_k([0.2, 0.4, 0.6], 2) == pytest.approx((0.4 * 1 + 0.6 * 2) / 3)
+    assert best_at_k([0.2, 0.4, 0.6], 3) == pytest.approx(0.6)
+    same = [("get_latest_records", {"table_name": "labevents"}, "x")] * 5
+    e = interaction_errors(same, [])
+    assert e["tool_repeat"] == 1 and e["no_prediction"] == 1 and e["single_tool_loop"] == 0
+    loop = [("get_records_by_keyword", {"table_name": "labevents", "keyword": f"creatinine {i % 2}"}, "")
+            for i in range(10)]
+    assert interaction_errors(loop, ["a"])["single_tool_loop"] == 1
+    assert interaction_errors([("nope", {}, "Error: Unknown tool 'nope'.")], ["a"])["tool_usage_error"] == 1
+    assert interaction_errors([("think", {"response": "x"}, "")], ["a"])["no_candidate_tool"] == 1
+
+
+class ScriptModel:
+    """Replies from a list; records each request's tools."""
+
+    def __init__(self, *replies):
+        self.replies, self.requests = list(replies), []
+
+    async def complete(self, request):
+        self.requests.append(request)
+        return self.replies.pop(0)
+
+
+def _call(name, **args):
+    return ChatResponse(tool_calls=[ToolCall(name, args, f"c{name}")])
+
+
+def test_react_loads_first_finishes_with_a_list_and_turns_text_into_think(world):
+    sample = world[1]["transfers"][0]
+    tools = _tools(world, sample)
+    subject = str(sample["subject_id"])
+    model = ScriptModel(_call("get_table_names", subject_id=subject), ChatResponse(text="Let me think."),
+                        _call("finish", response=["Medicine", "Surgery"]))
+    agent = ReActAgent(model, sample["subject_id"], sample["prediction_time"])
+    record = run(run_trial("k", 0, agent, None, tools, lambda r: asyncio.sleep(0, 0.0),
+                           opening=first_message("transfers", sample["subject_id"], sample["prediction_time"])))
+    names = [m["tool_call"]["name"] for m in record.messages if m.get("tool_call")]
+    assert names == ["load_ehr", "get_table_names", "think"]
+    assert json.loads(record.messages[-1]["content"]) == ["Medicine", "Surgery"]
+    assert record.messages[0]["content"].startswith("<agent_instruction>")
+    assert f"Patient Subject ID: {sample['subject_id']}" in record.messages[0]["content"]
+    assert {t["name"] for t in model.requests[0].tools} == set(PAPER_TOOLS)
+
+
+def test_five_identical_observations_force_the_finish(world):
+    sample = world[1]["transfers"][0]
+    tools, subject = _tools(world, sample), str(sample["subject_id"])
+    model = ScriptModel(*[_call("get_table_names", subject_id=subject) for _ in range(5)],
+                        _call("finish", response=["Medicine"]))
+    agent = ReActAgent(model, sample["subject_id"], sample["prediction_time"])
+    record = run(run_trial("k", 0, agent, None, tools, lambda r: asyncio.sleep(0, 0.0), opening="q"))
+    last = model.requests[-1]
+    assert [t["name"] for t in last.tools] == ["finish"] and "MAX_TURNS_REACHED" in last.messages[-1].content
+    assert json.loads(record.messages[-1]["content"]) == ["Medicine"]
+
+
+def _main(args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "ehrbench", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_the_reference_scores_f1_1_on_every_task_through_ray_and_mlflow(ray_cluster, tmp_path):
+    store = tmp_path / "mlruns"
+    out = _main(["benchmark=agentehr", "limit_tasks=3", "trials=2", "data.dictionary=used",
+                 f"data.root={tmp_path / 'gen'}", f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
+                 f"hydra.run.dir={tmp_path / 'out'}"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run_] = mlflow.search_runs(experiment_names=["agentehr"], output_format="list")
+    m = run_.data.metrics
+    assert m["F1"] == 1.0 and all(m[f"{t}/F1"] == 1.0 for t in ("diagnoses_ccs", "procedures_ccs", "labevents",
+                                                                 "microbiologyevents", "transfers"))
+    assert m["errors/no_prediction"] == 0.0 and m["trials_valid"] >= 2 * 5 * 3
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_.info.run_id)}
+    assert {"f1_by_task.png", "best_at_k.png", "results_table.txt"} <= artifacts
+
+
+def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, tmp_path):
+    from .fake_llm_server import FakeLLMServer, Reply
+
+    items = json.loads((ROOT / "data/tasks/agentehr/transfers.json").read_text())
+    one = tmp_path / "tasks"
+    one.mkdir()
+    (one / "transfers.json").write_text(json.dumps(items[:1]))
+    (one / "manifest.json").write_text((ROOT / "data/tasks/agentehr/manifest.json").read_text())
+    label = items[0]["label"][0]["name"]
+    server = FakeLLMServer().start()
+    try:
+        server.push(Reply(tool="get_candidates_by_keyword", args={"table_name": "transfers_candidates",
+                                                                  "keyword": label.split()[0]}),
+                    Reply(tool="finish", args={"response": [label, "Some Other Unit"]}), model="gpt-4o")
+        store = tmp_path / "mlruns"
+        out = _main(["benchmark=agentehr", f"benchmark.task_dir={one}", "benchmark.tasks=[transfers]", "trials=1",
+                     "model=gpt-4o", f"model.base_url={server.url}/v1", f"data.root={tmp_path / 'gen'}",
+                     f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
+                     f"hydra.run.dir={tmp_path / 'out'}"])
+        requests = server.requests_for("gpt-4o")
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(requests) == 2
+    first = requests[0].body["messages"]
+    assert first[0]["content"].startswith("<agent_instruction>") and first[1]["tool_calls"][0]["function"][
+        "name"] == "load_ehr"
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run_] = mlflow.search_runs(experiment_names=["agentehr"], output_format="list")
+    assert run_.data.metrics["F1"] == pytest.approx(2 / 3) and run_.data.metrics["calls/agent"] == 2
