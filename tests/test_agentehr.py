@@ -212,3 +212,34 @@ def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, 
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run_] = mlflow.search_runs(experiment_names=["agentehr"], output_format="list")
     assert run_.data.metrics["F1"] == pytest.approx(2 / 3) and run_.data.metrics["calls/agent"] == 2
+
+
+@pytest.mark.parametrize("mode", ["resum", "retrosum"])
+def test_summaries_every_ten_steps_reset_or_keep_the_context(world, mode):
+    from ehrbench.benchmarks.agentehr.agent import SummarizingAgent
+
+    sample = world[1]["transfers"][0]
+    tools, subject = _tools(world, sample), str(sample["subject_id"])
+    steps = [_call("get_latest_records", subject_id=subject, table_name=t)
+             for t in ("labevents", "chartevents", "admissions", "transfers", "services", "omr", "emar", "icustays",
+                       "pharmacy", "prescriptions", "labevents")]
+    model = ScriptModel(*steps, _call("finish", response=["Medicine"]))
+    summarizer = ScriptModel(ChatResponse(text="<summary>\n- Essential Information: the patient is on a ward.\n"
+                                               "</summary>"))
+    agent = SummarizingAgent(model, summarizer, mode, "transfers", sample["subject_id"], sample["prediction_time"],
+                             every=10)
+    record = run(run_trial("k", 0, agent, None, tools, lambda r: asyncio.sleep(0, 0.0),
+                           opening=first_message("transfers", sample["subject_id"], sample["prediction_time"])))
+    assert json.loads(record.messages[-1]["content"]) == ["Medicine"]
+    [summary_request] = summarizer.requests                          # once: after step 9
+    prompt = summary_request.messages[0].content
+    assert prompt.startswith("You are an expert at analyzing conversation history") and "Conversation History" in prompt
+    assert "'name': 'load_ehr'" not in prompt and "get_latest_records" in prompt      # from messages[3:]
+    assert summary_request.tools is None
+    after = model.requests[9].messages                              # the call right after the summary
+    shown = [m for m in after if "Below is a summary of the previous conversation" in (m.content or "")]
+    assert len(shown) == 1 and "the patient is on a ward" in shown[0].content
+    if mode == "resum":                                             # reset: first message, load, its result, summary
+        assert len(after) == 4 and after[3].role == "assistant"
+    else:                                                           # kept: everything, the summary where it was made
+        assert len(after) == 1 + 2 * 10 + 1 and shown[0].role == "user" and after[-1] is shown[0]

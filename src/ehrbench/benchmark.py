@@ -132,11 +132,12 @@ class TrialSettings:
                                        "grader_model") if (cfg := getattr(self, name))}
 
     def model_for(self, role: str, meter: UsageMeter) -> MeteredModel:
-        """A metered client for `role` (agent, and the agent's helper calls knowledge and debugger, which use its
-        model; user, verifier, reflection, validator, grader): each role is metered apart."""
+        """A metered client for `role` (agent, and the agent's helper calls knowledge, debugger and summarizer, which
+        use its model; user, verifier, reflection, validator, grader): each role is metered apart."""
         from .llm.registry import build_model, price_of
 
         cfg = {"agent": self.agent_model, "knowledge": self.agent_model, "debugger": self.agent_model,
+               "summarizer": self.agent_model,
                "user": self.user_model, "validator": self.validator_model,
                "grader": self.grader_model, "verifier": self.verifier_model or self.user_model,
                "reflection": self.verifier_model or self.user_model}[role]

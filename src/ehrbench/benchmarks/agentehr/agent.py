@@ -57,6 +57,10 @@ class ReActAgent:
         self.temperature, self.seed, self.max_turns = temperature, seed, max_turns
         self.tools = [s for s in SPECS if s["name"] != "load_ehr"]
 
+    def conversation(self, history: list[Message]) -> list[Message]:
+        """What the model is shown of the trial so far (summarizing agents show less)."""
+        return list(history)
+
     def _stuck(self, history: list[Message]) -> bool:
         observations = [m.content for m in history if m.role == "tool"]
         steps = sum(1 for m in history if m.is_tool_call) - 1            # load_ehr is step 0
@@ -67,7 +71,8 @@ class ReActAgent:
         if not any(m.is_tool_call for m in history):
             return load_call(self.subject_id, self.current_time)
         forced = self._stuck(history)
-        conversation = history + ([Message("user", prompts()["termination_instruction"])] if forced else [])
+        conversation = self.conversation(history) + \
+            ([Message("user", prompts()["termination_instruction"])] if forced else [])
         tools = [s for s in self.tools if s["name"] == "finish"] if forced else self.tools
         response = await self.model.complete(ChatRequest(conversation, tools=tools, temperature=self.temperature,
                                                          seed=self.seed))
@@ -104,3 +109,76 @@ class ReferenceAgent:
                 "get_candidates_by_keyword", {"table_name": CANDIDATE_TABLES[self.sample["task"]], "keyword": name},
                 f"call_{calls}"))
         return answer(self.names)
+
+
+SUMMARY_EVERY = 10
+
+
+def _as_text(m: Message) -> str:
+    """A message as the original's summarizer sees it: the chat message's dict, as Python prints it."""
+    out: dict = {"role": m.role, "content": m.content}
+    if m.tool_call:
+        out["tool_calls"] = [{"function": {"name": m.tool_call.name, "arguments": json.dumps(m.tool_call.arguments)}}]
+    return str(out)
+
+
+class SummarizingAgent(ReActAgent):
+    """ReSum and RetroSum (MCPReSumAgent, MCPRetroSumAgent): after every `every` steps (steps 9, 19, ...), one model
+    call without tools writes a summary from the question (role + task instruction), the last summary and the
+    conversation since the load (the original's messages[3:], or [4:] once a summary exists).
+    - ReSum resets the context to the first message, the load and its result, and the summary (as an assistant
+      message), then goes on from there;
+    - RetroSum (`add_drop`) keeps the whole history and places the newest summary, as a user message, where it was
+      made, dropping the previous one; and, like the original, it does not stop on repeated observations.
+    Summary calls are metered as the `summarizer` role."""
+
+    def __init__(self, model: MeteredModel, summarizer: MeteredModel, mode: str, task: str, subject_id: int,
+                 current_time: str, temperature: float = 0.0, seed: int | None = None, max_turns: int = MAX_TURNS,
+                 every: int = SUMMARY_EVERY):
+        super().__init__(model, subject_id, current_time, temperature, seed, max_turns)
+        if mode not in ("resum", "retrosum"):
+            raise ValueError(f"summary mode {mode!r}: resum or retrosum")
+        self.summarizer, self.mode, self.every = summarizer, mode, every
+        p = prompts()
+        self.instruction = p["task_template"].format(specific=p["tasks"][task], current_time=current_time,
+                                                     subject_id=subject_id)
+        self.summary: str | None = None
+        self.at: int | None = None          # where in the trial's history the summary stands
+        self._summarized_after = 0
+
+    def _stuck(self, history: list[Message]) -> bool:
+        if self.mode == "retrosum":         # the original's RetroSum loop never checks repeated observations
+            steps = sum(1 for m in history if m.is_tool_call) - 1
+            return steps >= self.max_turns
+        return super()._stuck(history)
+
+    def conversation(self, history: list[Message]) -> list[Message]:
+        if self.summary is None:
+            return list(history)
+        p = prompts()
+        if self.mode == "resum":
+            note = Message("assistant", p["summary_observation"].format(question=self.instruction,
+                                                                        summary=self.summary))
+            return history[:3] + [note] + history[self.at:]
+        note = Message("user", p["summary_observation"].format(question=self.instruction, summary=self.summary))
+        return history[:self.at] + [note] + history[self.at:]
+
+    async def _summarize(self, history: list[Message]) -> None:
+        p = prompts()
+        context = self.conversation(history)
+        recent = "\n".join(_as_text(m) for m in context[4 if self.summary else 3:])
+        question = f"{p['role']}\n\n{self.instruction}"
+        template = p["summary_next"] if self.summary else p["summary_first"]
+        prompt = (template.replace("{{{question}}}", question).replace("{{{recent_history_messages}}}", recent)
+                  .replace("{{{last_summary}}}", self.summary or ""))
+        response = await self.summarizer.complete(ChatRequest([Message("user", prompt)],
+                                                              temperature=self.temperature, seed=self.seed))
+        if (response.text or "").strip():
+            self.summary, self.at = response.text.strip(), len(history)
+
+    async def act(self, history: list[Message]) -> Message:
+        steps = sum(1 for m in history if m.is_tool_call) - 1       # actions after load_ehr
+        if steps > self._summarized_after and (steps + 1) % self.every == 0 and steps < self.max_turns:
+            self._summarized_after = steps
+            await self._summarize(history)
+        return await super().act(history)

@@ -23,7 +23,7 @@ from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
-from .agent import ReActAgent, ReferenceAgent, first_message, prompts
+from .agent import ReActAgent, ReferenceAgent, SummarizingAgent, first_message, prompts
 from .scoring import ERRORS, best_at_k, f1, interaction_errors, parse_prediction
 from .tasks import TASKS
 
@@ -109,7 +109,7 @@ async def embed_scores(table: str, names: list[str], query: str) -> list[float]:
 
 class AgentEhrBenchmark(Benchmark):
     name = "agentehr"
-    agents = ("reference", "react")
+    agents = ("reference", "react", "resum", "retrosum")
     users = ("none",)
     headline_metric = "F1"
 
@@ -167,10 +167,16 @@ class AgentEhrBenchmark(Benchmark):
         if settings.agent == "reference":
             agent = ReferenceAgent({**task.item(), "label": [{"name": n} for n in task.labels]},
                                    ScriptedCall("agent", meter, settings.agent_latency_s))
-        else:
+        elif settings.agent == "react":
             agent = ReActAgent(settings.model_for("agent", meter), task.subject_id, task.prediction_time,
                                float(self.options.get("temperature", 0.0)), seed,
                                int(self.options.get("max_turns", 100)))
+        else:
+            agent = SummarizingAgent(settings.model_for("agent", meter), settings.model_for("summarizer", meter),
+                                     settings.agent, task.task, task.subject_id, task.prediction_time,
+                                     float(self.options.get("temperature", 0.0)), seed,
+                                     int(self.options.get("max_turns", 100)),
+                                     int(self.options.get("summary_every", 10)))
 
         async def scored(record: TrialRecord) -> Score:
             tools.close()
@@ -251,4 +257,5 @@ class AgentEhrBenchmark(Benchmark):
         p = prompts()
         return {"agentehr.base_instruction": p["base_instruction"],
                 "agentehr.termination": p["termination_instruction"],
+                "agentehr.summary_first": p["summary_first"], "agentehr.summary_next": p["summary_next"],
                 **{f"agentehr.{t}": p["tasks"][t] for t in self.options.get("tasks", TASKS)}}
