@@ -3,6 +3,7 @@
     make bench-throughput                                    # 16, 64, 256 trials in flight at 0.5 s per model call
     python bench/bench_throughput.py --latency 1.0 --concurrency 64 256 --waves 4
     python bench/bench_throughput.py --benchmark ehragent --concurrency 256   # EHRAgent: a sandboxed cell per trial
+    python bench/bench_throughput.py --benchmark agentehr --concurrency 256   # AgentEHR: censored copies per trial
 
 The scripted model and user wait `--latency` seconds per call (`model.latency_s`, `user.latency_s`), so each trial is
 a sequence of awaited "model calls" with real tool calls (SQL on the database shards, value search on the index)
@@ -68,8 +69,12 @@ def main() -> None:
     bench_options["task_dir"] = str(ROOT / bench_options["task_dir"])
     bench = benchmarks.load(args.benchmark, bench_options)
     spec = WorldSpec(seed=0, dictionary="used")
-    paths = {db: str(build_database(db, spec, ROOT / "data" / "generated")) for db in bench.resources().databases}
-    tasks = bench.tasks()
+    from ehrbench.schemas.duckdb_export import export_duckdb
+
+    resources = bench.resources()
+    paths = {db: str(build_database(db, spec, ROOT / "data" / "generated")) for db in resources.databases}
+    paths.update({db: str(export_duckdb(db, Path(paths[db]))) for db in resources.duckdb})
+    tasks = bench.resolve_tasks(bench.tasks(), paths)          # as the main job: answers, per-patient files
     user = "none" if bench.users == ("none",) else "scripted"
     cores = os.cpu_count()
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False,
