@@ -32,6 +32,17 @@ def test_ccs_categories_are_hcup_s():
     assert ccs_name("diagnoses", 9, "not-a-code") is None
 
 
+def test_every_curated_drug_has_an_atc_group_and_spellings_resolve_to_their_own():
+    from ehrbench.benchmarks.agentehr.tasks import atc, atc_by_drug_name
+    from ehrbench.world.vocab import vocabulary
+
+    table = atc()
+    assert set(vocabulary().drugs) == set(table["drugs"]) and set(table["drugs"].values()) <= set(table["groups"])
+    by_name = atc_by_drug_name()
+    assert by_name["Insulin"] == "Insulins and analogues for injection, fast-acting"     # not glargine's group
+    assert by_name["Heparin"] == "Heparin group" and by_name["Vancomycin"] == "Glycopeptide antibacterials"
+
+
 def test_samples_follow_the_label_rules_and_every_label_is_a_candidate(world):
     samples, conn = world["samples"], sqlite3.connect(world["candidates"])
     assert set(samples) == set(TASKS) and all(len(samples[t]) >= 10 for t in TASKS)

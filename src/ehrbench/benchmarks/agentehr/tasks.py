@@ -6,11 +6,13 @@ only `name` is scored). One sample per patient and task, at a seeded random even
 - diagnoses_ccs: t = the admission's dischtime - 2 min; labels = the CCS categories of its ICD codes;
 - procedures_ccs: t = chartdate 23:58; labels = the CCS categories of that day's ICD procedures;
 - labevents: t = charttime - 1 min; labels = the d_labitems labels of every lab drawn at that time;
+- prescriptions: t = starttime - 1 min; labels = the ATC groups (4th level) of the orders started then, from
+  `data/atc.yaml`; orders of drugs without a group are dropped, as the original drops NDCs without an ATC name;
 - microbiologyevents: t = charttime - 1 min; labels = the test names at that time;
 - transfers: t = intime - 1 min of a transfer (eventtype 'transfer'); labels = its care unit.
-(prescriptions, by ATC group, is still to come: issue 14.) CCS comes from `data/ccs.yaml` (HCUP's grouper, written by
-scripts/derive_agentehr_vocab.py). Candidate tables hold every name a task can be answered with (all 283 CCS
-diagnosis categories, all procedure categories, every lab label, test name and care unit of the world).
+CCS comes from `data/ccs.yaml` (HCUP's grouper, written by scripts/derive_agentehr_vocab.py). Candidate tables hold
+every name a task can be answered with (all 283 CCS diagnosis categories, all procedure categories, every lab label,
+ATC group, test name and care unit of the world).
 """
 from __future__ import annotations
 
@@ -23,10 +25,10 @@ from pathlib import Path
 
 import yaml
 
-TASKS = ("diagnoses_ccs", "procedures_ccs", "labevents", "microbiologyevents", "transfers")
+TASKS = ("diagnoses_ccs", "procedures_ccs", "labevents", "prescriptions", "microbiologyevents", "transfers")
 CANDIDATE_TABLES = {"diagnoses_ccs": "diagnoses_ccs_candidates", "procedures_ccs": "procedures_ccs_candidates",
-                    "labevents": "labevents_candidates", "microbiologyevents": "microbiologyevents_candidates",
-                    "transfers": "transfers_candidates"}
+                    "labevents": "labevents_candidates", "prescriptions": "prescriptions_atc_candidates",
+                    "microbiologyevents": "microbiologyevents_candidates", "transfers": "transfers_candidates"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,6 +42,24 @@ def ccs_name(kind: str, version: int, code: str) -> str | None:
     number = table[kind].get(int(version), {}).get(code)
     names = table["diagnosis_categories" if kind == "diagnoses" else "procedure_categories"]
     return None if number is None else names[number]
+
+
+@functools.lru_cache(maxsize=1)
+def atc() -> dict:
+    return yaml.safe_load(resources.files("ehrbench.benchmarks.agentehr.data").joinpath("atc.yaml").read_text())
+
+
+@functools.lru_cache(maxsize=1)
+def atc_by_drug_name() -> dict[str, str]:
+    """prescriptions.drug as the rendering spells it -> its ATC group's name."""
+    from ...schemas.ehrsql_mimic_iii import drug_name
+
+    table, out = atc(), {}
+    for generic, code in table["drugs"].items():
+        spelled = drug_name(generic)         # two generics may share a spelling ("Insulin"): the one named so wins
+        if spelled not in out or generic == spelled.lower():
+            out[spelled] = table["groups"][code]
+    return out
 
 
 def _minus(when: str, minutes: int) -> str:
@@ -81,6 +101,16 @@ def make_samples(source: str | Path, seed: int = 42) -> dict[str, list[dict]]:
             out["procedures_ccs"].append({"subject_id": subject, "hadm_id": codes[0][0],
                                           "prediction_time": f"{day[:10]} 23:58:00", "task": "procedures_ccs",
                                           "label": [x for x in labels if x["name"]]})
+        groups = atc_by_drug_name()
+        rows = [r for r in conn.execute("SELECT subject_id, starttime, hadm_id, drug FROM prescriptions").fetchall()
+                if r[3] in groups]
+        times = _one_per_patient(sorted({(r[0], r[1]) for r in rows}), random.Random(f"{seed}/prescriptions"))
+        at: dict[tuple, list] = {}
+        for r in rows:
+            at.setdefault((r[0], r[1]), []).append(r)
+        out["prescriptions"] = [{"subject_id": s, "hadm_id": at[s, t][0][2], "prediction_time": _minus(t, 1),
+                                 "task": "prescriptions",
+                                 "label": [{"name": groups[r[3]], "drug": r[3]} for r in at[s, t]]} for s, t in times]
         for task, sql, label in (
                 ("labevents", "SELECT l.subject_id, l.charttime, l.hadm_id, d.label, l.itemid FROM labevents l "
                               "JOIN d_labitems d USING (itemid)", lambda r: {"name": r[3], "itemid": r[4]}),
@@ -115,6 +145,9 @@ def write_candidates(source: str | Path, path: str | Path) -> Path:
         out.execute("CREATE TABLE procedures_ccs_candidates (candidate TEXT, ccs_category INTEGER)")
         out.executemany("INSERT INTO procedures_ccs_candidates VALUES (?, ?)",
                         [(n, k) for k, n in table["procedure_categories"].items()])
+        out.execute("CREATE TABLE prescriptions_atc_candidates (candidate TEXT, atc_code TEXT)")
+        out.executemany("INSERT INTO prescriptions_atc_candidates VALUES (?, ?)",
+                        [(n, code) for code, n in atc()["groups"].items()])
         out.execute("CREATE TABLE labevents_candidates (candidate TEXT, itemid INTEGER, fluid TEXT, category TEXT)")
         out.executemany("INSERT INTO labevents_candidates VALUES (?, ?, ?, ?)",
                         src.execute("SELECT label, itemid, fluid, category FROM d_labitems ORDER BY itemid"))
