@@ -254,7 +254,7 @@ def test_tasks_authored_for_another_world_stop_the_run_at_start(small_world, tmp
     out = _main(["benchmark=clinsql", f"benchmark.task_dir={small_world / 'tasks'}", "data.scale=3",
                  f"data.root={tmp_path / 'gen'}", f"tracking.root={tmp_path / 'mlruns'}"], timeout=120)
     assert out.returncode != 0
-    assert "manifest.json: these tasks' gold results come from the world seed 0 scale 2.0" in out.stderr
+    assert "manifest.json: these tasks come from the world seed 0 scale 2.0" in out.stderr
     assert "python -m ehrbench.benchmarks.clinsql.authoring --seed 0 --scale 3" in out.stderr
 
 

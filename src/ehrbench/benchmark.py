@@ -7,9 +7,9 @@ builds its own instance from them (`benchmarks.load`), so nothing but plain data
 
 What a benchmark says:
 - `tasks()`: its tasks (anything with a `key`, report `groups` ordered coarse to fine, and `to_json()`);
-- `resources()`: the world's database renderings it queries (SQLite files, or DuckDB ones exported from them), the text columns to embed for similarity search and
-  whether its agents share a memory, which the runtime hosts as Ray actors (`DatabaseShard`, `ValueIndexActor`,
-  `MemoryActor`) and hands back as `Hosts`;
+- `resources()`: the world's database renderings it queries (SQLite files, or DuckDB ones exported from them), the
+  text columns to embed for similarity search and whether its agents share a memory, which the runtime hosts as Ray
+  actors (`DatabaseShard`, `ValueIndexActor`, `MemoryActor`) and hands back as `Hosts`;
 - `resolve_tasks(...)`: optional: tasks whose answers come from the run's databases (a question file without
   answers, answered once the databases are ready);
 - `schedule(...)`: optional chains of trials that must run one after another, in order (an agent whose memory of
@@ -56,6 +56,26 @@ def read_json_records(path: Path, missing: str) -> list:
                     raise TaskFileError(f"{path}: line {lineno}: not valid JSON ({e.msg}); the file must be a JSON "
                                         f"array or one JSON object per line (as a whole: {whole.msg})") from None
         return records
+
+
+def check_world(task_dir: Path, world: dict, authoring: str) -> None:
+    """Task files written from the world (a `manifest.json` naming its seed and scale) must meet the run's world
+    (`benchmark.world`: data.seed and data.scale); otherwise stop at start, saying how to write tasks for it."""
+    import json
+
+    from .llm.base import ConfigurationError
+
+    manifest = Path(task_dir) / "manifest.json"
+    if not manifest.is_file():                  # tasks of your own (the originals' files): nothing to check
+        return
+    made_for = json.loads(manifest.read_text())["world"]
+    seed, scale = world.get("seed"), world.get("scale")
+    if (made_for["seed"], float(made_for["scale"])) != (seed, float(scale or 0)):
+        raise ConfigurationError(
+            f"{manifest}: these tasks come from the world seed {made_for['seed']} scale {made_for['scale']}, but this "
+            f"run's is seed {seed} scale {scale}; run with data.seed={made_for['seed']} data.scale={made_for['scale']}"
+            f", or write tasks for this world: python -m {authoring} --seed {seed} --scale {scale} --out DIR, then "
+            "benchmark.task_dir=DIR")
 
 
 class Task(Protocol):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TrialSettings, \
-    read_json_records
+    check_world, read_json_records
 from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
@@ -121,16 +120,7 @@ class AgentEhrBenchmark(Benchmark):
         if not Path(str(o.get("task_dir") or "")).is_dir():
             raise ConfigurationError(f"benchmark.task_dir={o.get('task_dir')!r}: no such folder (the project's samples "
                                      "are in data/tasks/agentehr)")
-        manifest = Path(o["task_dir"]) / "manifest.json"
-        if manifest.is_file():
-            made_for, world = json.loads(manifest.read_text())["world"], o.get("world") or {}
-            if (made_for["seed"], float(made_for["scale"])) != (world.get("seed"), float(world.get("scale") or 0)):
-                raise ConfigurationError(
-                    f"{manifest}: these samples come from the world seed {made_for['seed']} scale {made_for['scale']}"
-                    f", but this run's is seed {world.get('seed')} scale {world.get('scale')}; run with data.seed="
-                    f"{made_for['seed']} data.scale={made_for['scale']}, or write samples for this world: python -m "
-                    f"ehrbench.benchmarks.agentehr.authoring --seed {world.get('seed')} --scale {world.get('scale')} "
-                    "--out DIR, then benchmark.task_dir=DIR")
+        check_world(Path(o["task_dir"]), o.get("world") or {}, "ehrbench.benchmarks.agentehr.authoring")
 
     def tasks(self) -> list[Sample]:
         return load_samples(Path(self.options["task_dir"]), list(self.options["tasks"]))

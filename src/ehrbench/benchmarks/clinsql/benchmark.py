@@ -11,12 +11,11 @@ The reward is the Execution score.
 """
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from pathlib import Path
 
-from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TrialSettings
+from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TrialSettings, check_world
 from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
@@ -99,19 +98,7 @@ class ClinSqlBenchmark(Benchmark):
             value = o.get(field)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigurationError(f"benchmark.{field}={value!r}: must be an integer >= {low}")
-        manifest = task_dir / "manifest.json"
-        if manifest.is_file():            # the project's tasks: their gold results come from one world
-            made_for = json.loads(manifest.read_text())["world"]
-            world = o.get("world") or {}
-            if (made_for["seed"], float(made_for["scale"])) != (world.get("seed"), float(world.get("scale") or 0)):
-                raise ConfigurationError(
-                    f"{manifest}: these tasks' gold results come from the world seed {made_for['seed']} scale "
-                    f"{made_for['scale']}, but this run's is seed {world.get('seed')} scale {world.get('scale')}; run "
-                    f"with data.seed={made_for['seed']} data.scale={made_for['scale']}, or author tasks for this "
-                    "world: "
-                    f"python -m ehrbench.benchmarks.clinsql.authoring --seed {world.get('seed')} --scale "
-                    f"{world.get('scale')} "
-                    "--out DIR, then benchmark.task_dir=DIR")
+        check_world(task_dir, o.get("world") or {}, "ehrbench.benchmarks.clinsql.authoring")
 
     def tasks(self) -> list[Task]:
         return load_tasks(Path(self.options["task_dir"]))
