@@ -19,7 +19,8 @@ SPEC = WorldSpec(seed=4, size=WorldSize(mimic_patients=30, eicu_patients=0, eicu
 KNOWN_BY = {
     "admissions": ["admittime"], "transfers": ["intime"], "services": ["transfertime"],
     "labevents": ["charttime", "storetime"], "prescriptions": ["starttime"],
-    "pharmacy": ["verifiedtime"], "emar": ["charttime", "storetime"], "microbiologyevents": ["charttime"],
+    "pharmacy": ["starttime", "verifiedtime"], "emar": ["charttime", "storetime"],
+    "microbiologyevents": ["charttime+1d"],
     "icustays": ["intime"], "chartevents": ["charttime", "storetime"], "datetimeevents": ["charttime", "storetime"],
     "inputevents": ["starttime", "storetime"], "outputevents": ["charttime", "storetime"],
     "procedureevents": ["starttime"], "procedures_icd": ["chartdate"], "omr": ["chartdate"],
@@ -41,6 +42,11 @@ def _known(table: str, row: dict, cutoff: str, discharged: set) -> bool:
         return row["hadm_id"] in discharged
     day = cutoff[:10]
     for column in KNOWN_BY[table]:
+        if column.endswith("+1d"):                          # a culture's result: a day after the draw
+            value = row[column[:-3]]
+            if value is not None and not str(datetime.fromisoformat(value) + timedelta(days=1)) < cutoff:
+                return False
+            continue
         value = row[column]
         if value is None:
             continue

@@ -63,7 +63,10 @@ def test_samples_follow_the_label_rules_and_every_label_is_a_candidate(world):
 def test_what_is_to_be_predicted_is_hidden_at_t_and_visible_once_known(world):
     queries = {"diagnoses_ccs": "SELECT COUNT(*) FROM diagnoses_icd WHERE hadm_id = ?",
                "labevents": "SELECT COUNT(*) FROM labevents WHERE charttime = ?",
-               "transfers": "SELECT COUNT(*) FROM transfers WHERE eventtype = 'transfer' AND intime = ?"}
+               "transfers": "SELECT COUNT(*) FROM transfers WHERE eventtype = 'transfer' AND intime = ?",
+               "prescriptions": "SELECT (SELECT COUNT(*) FROM prescriptions WHERE starttime = ?1) + "
+                                "(SELECT COUNT(*) FROM pharmacy WHERE starttime = ?1 OR medication IN "
+                                "(SELECT drug FROM prescriptions WHERE starttime = ?1))"}
     for task, sql in queries.items():
         for s in world["samples"][task][:10]:
             path = patient_file(world["folder"], s["subject_id"])

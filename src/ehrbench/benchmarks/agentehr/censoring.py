@@ -32,9 +32,10 @@ KNOWN = {
     "services": "transfertime",
     "labevents": "MAX(charttime, COALESCE(storetime, charttime))",
     "prescriptions": "starttime",
-    "pharmacy": "COALESCE(verifiedtime, entertime, starttime)",
+    "pharmacy": "MAX(starttime, COALESCE(verifiedtime, starttime))",   # dispensed once the order starts
     "emar": "MAX(charttime, COALESCE(storetime, charttime))",
-    "microbiologyevents": "COALESCE(storetime, charttime, date(chartdate, '+1 day'))",
+    "microbiologyevents": "COALESCE(storetime, datetime(charttime, '+1 day'), date(chartdate, '+2 day'))",  # a
+    # culture's result is stored after it grows: without a store time, a day after the draw
     "icustays": "intime",
     "chartevents": "MAX(charttime, COALESCE(storetime, charttime))",
     "datetimeevents": "MAX(charttime, COALESCE(storetime, charttime))",

@@ -76,7 +76,7 @@ class AgentEhrTools:
             return f"Error: Unknown tool '{name}'."
         try:
             return limit_output(str(await method(**arguments)))
-        except TypeError as e:                           # missing or unknown arguments: the model's usage error
+        except (TypeError, AttributeError, ValueError) as e:     # bad or missing arguments: the model's usage error
             return f"Error executing tool {name}: {e}"
 
     def _patient(self, subject_id) -> str | None:
