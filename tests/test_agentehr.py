@@ -96,6 +96,27 @@ def test_the_tools_keep_the_original_s_names_strings_and_limits(world):
     tools.close()
 
 
+def test_model_sql_meets_the_time_size_and_row_limits(world, monkeypatch):
+    import ehrbench.benchmarks.agentehr.tools as tools_module
+
+    monkeypatch.setattr(tools_module, "SQL_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(tools_module, "MAX_ROWS", 1000)
+    sample = world[1]["labevents"][0]
+    tools, subject = _tools(world, sample), str(sample["subject_id"])
+    run(tools.call("load_ehr", {"subject_id": subject, "timestamp": sample["prediction_time"]}))
+
+    def sql(text):
+        return run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": text}))
+    assert sql("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT COUNT(*) FROM r") == \
+        "SQL Execution Error: query exceeded the 0.5 s time limit and was stopped"
+    assert "1,000,000-byte limit on one value" in sql("SELECT hex(zeroblob(5000000))")
+    assert "more than 1,000 rows" in sql("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
+                                         "WHERE n < 5000) SELECT n FROM r")
+    assert sql("DELETE FROM labevents").startswith("SQL Execution Error: not authorized")
+    assert sql("SELECT COUNT(*) AS n FROM labevents").split()[0] == "n"        # the connection is still usable
+    tools.close()
+
+
 def test_f1_best_at_k_and_the_taxonomy():
     assert f1(["Septicemia (except in labor)", "x"], ["septicemia (except in labor)"]) == \
         {"f1": pytest.approx(2 / 3), "precision": 0.5, "recall": 1.0}
@@ -149,16 +170,51 @@ def test_react_loads_first_finishes_with_a_list_and_turns_text_into_think(world)
     assert {t["name"] for t in model.requests[0].tools} == set(PAPER_TOOLS)
 
 
-def test_five_identical_observations_force_the_finish(world):
+def test_an_observation_repeated_five_times_forces_the_finish(world):
     sample = world[1]["transfers"][0]
     tools, subject = _tools(world, sample), str(sample["subject_id"])
-    model = ScriptModel(*[_call("get_table_names", subject_id=subject) for _ in range(5)],
+    model = ScriptModel(*[_call("get_table_names", subject_id=subject) for _ in range(6)],
                         _call("finish", response=["Medicine"]))
     agent = ReActAgent(model, sample["subject_id"], sample["prediction_time"])
     record = run(run_trial("k", 0, agent, None, tools, lambda r: asyncio.sleep(0, 0.0), opening="q"))
-    last = model.requests[-1]
-    assert [t["name"] for t in last.tools] == ["finish"] and "MAX_TURNS_REACHED" in last.messages[-1].content
+    assert all(len(r.tools) > 1 for r in model.requests[:6])       # five alike (four repeats) go on
+    last = model.requests[-1]                                        # six alike: the original's max_same_steps 5
+    assert len(model.requests) == 7 and [t["name"] for t in last.tools] == ["finish"]
+    assert "MAX_TURNS_REACHED" in last.messages[-1].content
     assert json.loads(record.messages[-1]["content"]) == ["Medicine"]
+
+
+def test_finish_answers_as_the_original_read_them_and_empty_replies_think(world):
+    from ehrbench.benchmarks.agentehr.agent import answer
+
+    assert json.loads(answer(["A", "B"]).content) == ["A", "B"]
+    assert json.loads(answer('["A", "B"]').content) == ["A", "B"]          # a list sent as a JSON string
+    assert json.loads(answer([{"name": "A"}, {"name": "B"}]).content) == ["A", "B"]
+    assert json.loads(answer("Medicine").content) == ["Medicine"] and json.loads(answer(None).content) == []
+    sample = world[1]["transfers"][0]
+    model = ScriptModel(ChatResponse(text=""), _call("finish", response='["Medicine"]'))
+    agent = ReActAgent(model, sample["subject_id"], sample["prediction_time"])
+    record = run(run_trial("k", 0, agent, None, _tools(world, sample), lambda r: asyncio.sleep(0, 0.0), opening="q"))
+    assert [m["tool_call"]["name"] for m in record.messages if m.get("tool_call")] == ["load_ehr", "think"]
+    assert json.loads(record.messages[-1]["content"]) == ["Medicine"]
+
+
+def test_the_context_slides_past_its_cap_keeping_the_start_and_the_summary():
+    from ehrbench.benchmarks.agentehr.agent import window
+    from ehrbench.trial import Message
+
+    def step(i):
+        return [Message("assistant", None, tool_call=ToolCall("think", {"response": str(i)}, f"c{i}")),
+                Message("tool", "x" * 1000, tool_call_id=f"c{i}")]
+    start = [Message("user", "task"), *step("load")]
+    summary = Message("user", "Below is a summary of the previous conversation")
+    conversation = start + step(1) + step(2) + [summary] + step(3) + step(4)
+    kept = window(conversation, 3500)
+    assert kept[:3] == start and summary in kept and kept[-2:] == conversation[-2:]
+    assert sum(len(m.content or "") for m in kept) <= 3500 + 100
+    calls = {m.tool_call.id for m in kept if m.tool_call}
+    assert all(m.tool_call_id in calls for m in kept if m.role == "tool")     # no result without its call
+    assert window(conversation, 10 ** 6) == conversation
 
 
 def _main(args, timeout=600):

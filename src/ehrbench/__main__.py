@@ -57,6 +57,7 @@ def trial_settings(cfg: DictConfig, conf: RunConfig, bench: Benchmark) -> TrialS
         raise ConfigurationError(f"agent={agent}: {bench.name} has the agents {list(bench.agents)}")
     if agent != "reference" and scripted:
         raise ConfigurationError(f"agent={agent} needs a real model, e.g. model=gemini-2.5-flash")
+    bench.check_agent(agent)
     user = cfg.user.kind if cfg.user.kind in bench.users or "none" not in bench.users else "none"
     if user not in bench.users:
         raise ConfigurationError(f"user={cfg.user.name}: {bench.name} has the users {list(bench.users)}")

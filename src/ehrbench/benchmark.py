@@ -152,12 +152,12 @@ class TrialSettings:
                                        "grader_model") if (cfg := getattr(self, name))}
 
     def model_for(self, role: str, meter: UsageMeter) -> MeteredModel:
-        """A metered client for `role` (agent, and the agent's helper calls knowledge, debugger and summarizer, which
-        use its model; user, verifier, reflection, validator, grader): each role is metered apart."""
+        """A metered client for `role` (agent, and the agent's helper calls knowledge, debugger, summarizer and
+        extractor, which use its model; user, verifier, reflection, validator, grader): each role is metered apart."""
         from .llm.registry import build_model, price_of
 
         cfg = {"agent": self.agent_model, "knowledge": self.agent_model, "debugger": self.agent_model,
-               "summarizer": self.agent_model,
+               "summarizer": self.agent_model, "extractor": self.agent_model,
                "user": self.user_model, "validator": self.validator_model,
                "grader": self.grader_model, "verifier": self.verifier_model or self.user_model,
                "reflection": self.verifier_model or self.user_model}[role]
@@ -181,6 +181,9 @@ class Benchmark:
 
     def check(self) -> None:
         """Validate the options at start; raise `ConfigurationError` naming field and fix."""
+
+    def check_agent(self, agent: str) -> None:
+        """Validate the options against the chosen agent (`agent=auto` resolved); `ConfigurationError` if they clash."""
 
     def tasks(self) -> list[Task]:
         raise NotImplementedError

@@ -4,9 +4,12 @@ The first user message is the original's: `<agent_instruction>` with its base in
 instruction and the patient's subject id and current time (`prompts.yaml`, copied from the public code). The agent
 loads the EHR itself as step 0 (a load_ehr call the model did not make, as the original inserts it), then the model
 makes one tool call per step; `finish(response=[...])` ends the trial with that list as the answer (JSON). A reply
-with no tool call becomes a `think` call with its text, as the original turns it into a think action. At most
-`max_turns` (100) steps; five identical observations in a row also stop it (the original's max_same_steps); then, as
-the original's forced termination, the termination instruction is sent with `finish` as the only tool.
+with no tool call (even an empty one) becomes a `think` call with its text, as the original turns it into a think
+action. At most `max_turns` (100) steps; the same observation repeated five times running also stops ReAct (the
+original's max_same_steps); then, as the original's forced termination, the termination instruction is sent with
+`finish` as the only tool. The context is a sliding window: past the paper's 64,000-token cap (4 characters a
+token) the oldest steps are dropped. With the evolving memory (`memory.Recall`), the retrieved experience is
+appended to the first user message from the first model call on.
 
 `ReferenceAgent` reaches every label through the tools: load_ehr, then get_candidates_by_keyword for each label's
 name in the task's candidate table, then finish with the names: it must score F1 = 1.
@@ -26,7 +29,8 @@ from .tasks import CANDIDATE_TABLES
 from .tools import SPECS
 
 MAX_TURNS = 100
-MAX_SAME = 5
+MAX_SAME = 5                  # repeats of one observation (6 alike in a row) that stop ReAct
+MAX_CONTEXT_TOKENS = 64_000   # the paper's context cap
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,8 +45,41 @@ def first_message(task: str, subject_id: int, current_time: str) -> str:
     return f"<agent_instruction>\n{p['base_instruction']}\n</agent_instruction>\n\n{instruction}"
 
 
-def answer(names: list[str]) -> Message:
+def answer(response) -> Message:
+    """finish's `response` as the trial's answer, a JSON list of names. The original scored `str(response)`: a list
+    (of names, or of dicts: each dict's first value), or a string holding one, or else one name."""
+    from .scoring import parse_prediction
+
+    if isinstance(response, str):
+        names = parse_prediction(response) if response.strip().startswith(("[", "```")) else [response]
+    elif isinstance(response, list):
+        names = [next(iter(n.values()), "") if isinstance(n, dict) else n for n in response]
+    else:
+        names = [] if response is None else [response]
     return Message("assistant", json.dumps([str(n) for n in names], ensure_ascii=False))
+
+
+def window(conversation: list[Message], max_chars: int) -> list[Message]:
+    """The context cut to `max_chars` (about 4 characters a token): the oldest steps after the first message and the
+    load are dropped, a call with its result, as the original drops messages[3] until the context fits; a summary
+    note and the newest step are always kept."""
+    def size(m: Message) -> int:
+        return len(m.content or "") + (len(json.dumps(m.tool_call.arguments, default=str)) if m.tool_call else 0)
+
+    total = sum(map(size, conversation))
+    out, i = list(conversation), 3
+    while total > max_chars and i < len(out) - 2:
+        if not out[i].is_tool_call:
+            i += 1
+            continue
+        end = i + 1
+        while end < len(out) and out[end].role == "tool":
+            end += 1
+        if end >= len(out):
+            break
+        total -= sum(size(m) for m in out[i:end])
+        del out[i:end]
+    return out
 
 
 def load_call(subject_id: int, current_time: str) -> Message:
@@ -52,39 +89,50 @@ def load_call(subject_id: int, current_time: str) -> Message:
 
 class ReActAgent:
     def __init__(self, model: MeteredModel, subject_id: int, current_time: str, temperature: float = 0.0,
-                 seed: int | None = None, max_turns: int = MAX_TURNS):
+                 seed: int | None = None, max_turns: int = MAX_TURNS, recall=None):
         self.model, self.subject_id, self.current_time = model, subject_id, current_time
         self.temperature, self.seed, self.max_turns = temperature, seed, max_turns
         self.tools = [s for s in SPECS if s["name"] != "load_ehr"]
+        self.max_context_chars = 4 * MAX_CONTEXT_TOKENS
+        self.recall = recall                 # the evolving memory (memory.Recall): asked once, after the load
+        self.experience: str | None = None   # what it added to the first user message
+
+    def _with_experience(self, conversation: list[Message]) -> list[Message]:
+        if not self.experience:
+            return conversation
+        first = conversation[0]
+        return [Message(first.role, (first.content or "") + self.experience)] + conversation[1:]
 
     def conversation(self, history: list[Message]) -> list[Message]:
         """What the model is shown of the trial so far (summarizing agents show less)."""
         return list(history)
 
     def _stuck(self, history: list[Message]) -> bool:
-        observations = [m.content for m in history if m.role == "tool"]
+        """The step limit, or the same observation repeated MAX_SAME times running (the original's same_steps)."""
+        observations = [m.content for m in history if m.role == "tool"][1:]      # after load_ehr's
         steps = sum(1 for m in history if m.is_tool_call) - 1            # load_ehr is step 0
-        return steps >= self.max_turns or (len(observations) >= MAX_SAME + 1 and
-                                           len(set(observations[-MAX_SAME:])) == 1)
+        return steps >= self.max_turns or (len(observations) > MAX_SAME and
+                                           len(set(observations[-(MAX_SAME + 1):])) == 1)
 
     async def act(self, history: list[Message]) -> Message:
         if not any(m.is_tool_call for m in history):
             return load_call(self.subject_id, self.current_time)
+        if self.recall is not None and self.experience is None:
+            self.experience = await self.recall()
         forced = self._stuck(history)
-        conversation = self.conversation(history) + \
+        conversation = window(self._with_experience(self.conversation(history)), self.max_context_chars) + \
             ([Message("user", prompts()["termination_instruction"])] if forced else [])
         tools = [s for s in self.tools if s["name"] == "finish"] if forced else self.tools
         response = await self.model.complete(ChatRequest(conversation, tools=tools, temperature=self.temperature,
                                                          seed=self.seed))
         call = response.tool_calls[0] if response.tool_calls else None
         if call is not None and call.name == "finish" and not response.malformed:
-            names = call.arguments.get("response", [])
-            return answer(names if isinstance(names, list) else [names])
-        if forced or call is None and not (response.text or "").strip():
+            return answer(call.arguments.get("response"))
+        if forced:
             return Message("assistant", response.text or "[]", finish_reason=response.finish_reason)
-        if call is None:                   # text without a call: a think step, as the original makes it
+        if call is None:                   # a reply without a call (even empty): a think step, as the original's
             call_id = f"call_{len(history)}"
-            return Message("assistant", None, tool_call=ToolCall("think", {"response": response.text}, call_id),
+            return Message("assistant", None, tool_call=ToolCall("think", {"response": response.text or ""}, call_id),
                            finish_reason=response.finish_reason, provider_parts=response.provider_parts)
         from ...agents.tool_calling import tool_call_message
 
@@ -128,14 +176,15 @@ class SummarizingAgent(ReActAgent):
     conversation since the load (the original's messages[3:], or [4:] once a summary exists).
     - ReSum resets the context to the first message, the load and its result, and the summary (as an assistant
       message), then goes on from there;
-    - RetroSum (`add_drop`) keeps the whole history and places the newest summary, as a user message, where it was
-      made, dropping the previous one; and, like the original, it does not stop on repeated observations.
+    - RetroSum (`add_drop`) keeps the whole history (a sliding window to the context cap) and places the newest
+      summary, as a user message, where it was made, dropping the previous one.
+    Neither stops on repeated observations (the original's loops do not check them).
     Summary calls are metered as the `summarizer` role."""
 
     def __init__(self, model: MeteredModel, summarizer: MeteredModel, mode: str, task: str, subject_id: int,
                  current_time: str, temperature: float = 0.0, seed: int | None = None, max_turns: int = MAX_TURNS,
-                 every: int = SUMMARY_EVERY):
-        super().__init__(model, subject_id, current_time, temperature, seed, max_turns)
+                 every: int = SUMMARY_EVERY, recall=None):
+        super().__init__(model, subject_id, current_time, temperature, seed, max_turns, recall)
         if mode not in ("resum", "retrosum"):
             raise ValueError(f"summary mode {mode!r}: resum or retrosum")
         self.summarizer, self.mode, self.every = summarizer, mode, every
@@ -147,10 +196,8 @@ class SummarizingAgent(ReActAgent):
         self._summarized_after = 0
 
     def _stuck(self, history: list[Message]) -> bool:
-        if self.mode == "retrosum":         # the original's RetroSum loop never checks repeated observations
-            steps = sum(1 for m in history if m.is_tool_call) - 1
-            return steps >= self.max_turns
-        return super()._stuck(history)
+        """The step limit only: the original's ReSum and RetroSum loops never check repeated observations."""
+        return sum(1 for m in history if m.is_tool_call) - 1 >= self.max_turns
 
     def conversation(self, history: list[Message]) -> list[Message]:
         if self.summary is None:

@@ -1,17 +1,20 @@
 """Write ehrbench's AgentEHR samples from the world, in the original's task-file format.
 
-    python -m ehrbench.benchmarks.agentehr.authoring --out data/tasks/agentehr [--seed 0 --scale 1]
+    python -m ehrbench.benchmarks.agentehr.authoring --out data/tasks/agentehr [--seed 0 --scale 2]
 
-writes <task>.json per task (one sample per patient and task, `tasks.make_samples`) and manifest.json naming the
-world they come from (a run on another world stops at start and says how to write samples for it).
+The world's patients are split in two seeded halves (`tasks.split_patients_for_memory`): the test half gives
+<task>.json (one sample per patient and task, `tasks.make_samples`), the train half train/<task>.json (at most
+`--train` per task, the evolving memory's build split, in the order it is built). manifest.json names the world
+they come from (a run on another world stops at start and says how to write samples for it).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import random
 from pathlib import Path
 
-from .tasks import make_samples
+from .tasks import make_samples, split_patients_for_memory
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,22 +24,29 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="data/tasks/agentehr")
     parser.add_argument("--seed", type=int, default=0, help="the world's seed (data.seed)")
-    parser.add_argument("--scale", type=float, default=1.0, help="the world's scale (benchmark.world_scale)")
+    parser.add_argument("--scale", type=float, default=2.0, help="the world's scale (benchmark.world_scale)")
     parser.add_argument("--root", default="data/generated", help="where built databases are cached (data.root)")
     parser.add_argument("--sample-seed", type=int, default=42, help="which event of each patient is asked about")
+    parser.add_argument("--train", type=int, default=100, help="train samples per task (the paper's 100)")
     args = parser.parse_args(argv)
     source = build_database("mimic_iv", WorldSpec(seed=args.seed, size=WorldSize(scale=args.scale)), Path(args.root))
-    samples = make_samples(source, args.sample_seed)
+    test_patients, train_patients = split_patients_for_memory(source, args.sample_seed)
+    samples = make_samples(source, args.sample_seed, test_patients)
+    train = {task: random.Random(f"{args.sample_seed}/train/{task}").sample(items, min(args.train, len(items)))
+             for task, items in make_samples(source, args.sample_seed, train_patients).items()}
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for task, items in samples.items():
-        (out / f"{task}.json").write_text("[\n" + ",\n".join(json.dumps(i, ensure_ascii=False) for i in items) +
-                                          "\n]\n")
+    for folder, split in ((out, samples), (out / "train", train)):
+        folder.mkdir(parents=True, exist_ok=True)
+        for task, items in split.items():
+            (folder / f"{task}.json").write_text("[\n" + ",\n".join(json.dumps(i, ensure_ascii=False) for i in items)
+                                                 + "\n]\n")
     (out / "manifest.json").write_text(json.dumps({
         "generator": "ehrbench.benchmarks.agentehr.authoring", "world": {"seed": args.seed, "scale": args.scale},
-        "sample_seed": args.sample_seed, "samples": {t: len(v) for t, v in samples.items()}}, indent=2) + "\n")
+        "sample_seed": args.sample_seed, "samples": {t: len(v) for t, v in samples.items()},
+        "train_samples": {t: len(v) for t, v in train.items()}}, indent=2) + "\n")
     print(f"{sum(map(len, samples.values()))} samples written to {out}: "
-          + ", ".join(f"{t} {len(v)}" for t, v in samples.items()))
+          + ", ".join(f"{t} {len(v)}" for t, v in samples.items())
+          + f"; train split ({out / 'train'}): " + ", ".join(f"{t} {len(v)}" for t, v in train.items()))
 
 
 if __name__ == "__main__":

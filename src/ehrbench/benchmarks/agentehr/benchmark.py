@@ -2,14 +2,20 @@
 
 A trial is one sample: the agent loads the patient's EHR at the prediction time (the censored view), explores it and
 the candidate tables with the tools, and finishes with a list of names; the reward is set F1 against the labels.
-The samples (`data/tasks/agentehr/<task>.json`, the original's item format) are written from the world by
+The samples (`data/tasks/agentehr/<task>.json`, the original's item format; `train/<task>.json`, the evolving
+memory's build split, from the other half of the world's patients) are written from the world by
 `python -m ehrbench.benchmarks.agentehr.authoring`; at start the run's MIMIC-IV rendering is split into per-patient
 files with the candidate database beside them (built once, cached by the source's content key).
+
+Memory (`memory.py`): `none`; `build` runs the train split, each task's samples one after another in file order,
+learning from each (the run's MemoryActor; `memory.jsonl` among its artifacts); `use` recalls from a build run's
+`memory.jsonl` (`benchmark.memory_file`), every trial independent.
 """
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,11 +28,13 @@ from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
+from . import memory as evolving
 from .agent import ReActAgent, ReferenceAgent, SummarizingAgent, first_message, prompts
 from .scoring import ERRORS, best_at_k, f1, interaction_errors, parse_prediction
 from .tasks import TASKS
 
 DB = "mimic_iv"
+MEMORY_MODES = ("none", "build", "use")
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,11 @@ def _candidate_vectors(table: str, names: tuple[str, ...]):
     return _embedder().encode(list(names))
 
 
+async def encode(texts: list[str]) -> np.ndarray:
+    """Normalized embeddings of texts (the local model, in this process)."""
+    return await asyncio.to_thread(_embedder().encode, list(texts))
+
+
 async def embed_scores(table: str, names: list[str], query: str) -> list[float]:
     """Cosine similarity of the query to each candidate (the local model, in this process; vectors cached)."""
     def work():
@@ -121,12 +134,40 @@ class AgentEhrBenchmark(Benchmark):
             raise ConfigurationError(f"benchmark.task_dir={o.get('task_dir')!r}: no such folder (the project's samples "
                                      "are in data/tasks/agentehr)")
         check_world(Path(o["task_dir"]), o.get("world") or {}, "ehrbench.benchmarks.agentehr.authoring")
+        mode = o.get("memory", "none")
+        if mode not in MEMORY_MODES:
+            raise ConfigurationError(f"benchmark.memory={mode!r}: choose none, build (learn from the train split) or "
+                                     "use (recall from benchmark.memory_file)")
+        if mode == "build" and not (Path(o["task_dir"]) / "train").is_dir():
+            raise ConfigurationError(f"benchmark.memory=build: {o['task_dir']}/train is missing (the train split; "
+                                     "python -m ehrbench.benchmarks.agentehr.authoring writes it)")
+        if mode == "use":
+            file = o.get("memory_file")
+            if not file or not Path(str(file)).is_file():
+                raise ConfigurationError(f"benchmark.memory_file={file!r}: benchmark.memory=use needs a memory.jsonl "
+                                         "from a benchmark.memory=build run's MLflow artifacts")
+            evolving.read_memory_file(str(file))
+        elif o.get("memory_file"):
+            raise ConfigurationError(f"benchmark.memory_file={o['memory_file']!r} needs benchmark.memory=use")
+
+    def check_agent(self, agent: str) -> None:
+        if self.options.get("memory", "none") != "none" and agent == "reference":
+            raise ConfigurationError(f"benchmark.memory={self.options['memory']}: the evolving memory needs a model "
+                                     "(its experience is written by one): agent=retrosum model=...")
 
     def tasks(self) -> list[Sample]:
-        return load_samples(Path(self.options["task_dir"]), list(self.options["tasks"]))
+        folder = Path(self.options["task_dir"])
+        return load_samples(folder / "train" if self.options.get("memory") == "build" else folder,
+                            list(self.options["tasks"]))
 
     def resources(self) -> Resources:
-        return Resources(databases=(DB,))
+        return Resources(databases=(DB,), memory=self.options.get("memory") == "build")
+
+    def schedule(self, tasks: list[Sample], trials: int) -> list[list[tuple[Sample, int]]] | None:
+        """Building the memory: per task and trial index, one chain of the task's train samples in file order."""
+        if self.options.get("memory") != "build":
+            return None
+        return [[(t, i) for t in tasks if t.task == task] for task in self.options["tasks"] for i in range(trials)]
 
     def resolve_tasks(self, tasks: list[Sample], paths: dict[str, str]) -> list[Sample]:
         """The per-patient files and the candidate database, next to the run's MIMIC-IV file (built once)."""
@@ -150,36 +191,75 @@ class AgentEhrBenchmark(Benchmark):
         from .knowledge import Knowledge
         from .tools import AgentEhrTools
 
+        o = self.options
         folder = Path(task.folder)
         tools = AgentEhrTools(folder / f"patient_{task.subject_id}.db", folder / "reference.db",
                               folder / "candidates.db", task.subject_id, task.prediction_time, embed_scores,
                               Knowledge())
+        mode, temperature = o.get("memory", "none"), float(o.get("temperature", 0.0))
+        turns = int(o.get("max_turns", 100))
+        recall = None
+        if mode != "none":
+            async def entries() -> list[dict]:
+                if mode == "build":
+                    return await hosts.memory.items(evolving.stream(task.task, trial))
+                return evolving.read_memory_file(str(o["memory_file"])).get(task.task, [])
+            recall = evolving.Recall(tools, entries, encode, int(o.get("memory_top_k", 1)),
+                                     float(o.get("memory_threshold", 0.5)))
         if settings.agent == "reference":
             agent = ReferenceAgent({**task.item(), "label": [{"name": n} for n in task.labels]},
                                    ScriptedCall("agent", meter, settings.agent_latency_s))
         elif settings.agent == "react":
-            agent = ReActAgent(settings.model_for("agent", meter), task.subject_id, task.prediction_time,
-                               float(self.options.get("temperature", 0.0)), seed,
-                               int(self.options.get("max_turns", 100)))
+            agent = ReActAgent(settings.model_for("agent", meter), task.subject_id, task.prediction_time, temperature,
+                               seed, turns, recall)
         else:
             agent = SummarizingAgent(settings.model_for("agent", meter), settings.model_for("summarizer", meter),
-                                     settings.agent, task.task, task.subject_id, task.prediction_time,
-                                     float(self.options.get("temperature", 0.0)), seed,
-                                     int(self.options.get("max_turns", 100)),
-                                     int(self.options.get("summary_every", 10)))
+                                     settings.agent, task.task, task.subject_id, task.prediction_time, temperature,
+                                     seed, turns, int(o.get("summary_every", 10)), recall)
 
         async def scored(record: TrialRecord) -> Score:
             tools.close()
-            predicted = parse_prediction(record.messages[-1]["content"] if record.messages else "")
+            answer = record.messages[-1]["content"] if record.messages else ""
+            predicted = parse_prediction(answer)
             result = f1(predicted, list(task.labels))
             calls = [(m["tool_call"]["name"], m["tool_call"]["arguments"] or {}, "") for m in record.messages
                      if m.get("tool_call")]
             observations = [m["content"] or "" for m in record.messages if m["role"] == "tool"]
             calls = [(n, a, o) for (n, a, _), o in zip(calls, observations + [""] * len(calls))]
             errors = interaction_errors(calls, predicted)
-            return Score(result["f1"], {**result, **{f"error/{k}": float(v) for k, v in errors.items()},
-                                        "predicted": float(len(predicted))})
+            parts = {**result, **{f"error/{k}": float(v) for k, v in errors.items()},
+                     "predicted": float(len(predicted))}
+            learned: list[dict] = []
+            if recall is not None:
+                parts.update(await self._remember(task, trial, record, recall, result["f1"], answer, learned, meter,
+                                                  settings, seed))
+            return Score(result["f1"], parts, learned)
         return Episode(tools, agent, scored, opening=first_message(task.task, task.subject_id, task.prediction_time))
+
+    async def _remember(self, task: Sample, trial: int, record: TrialRecord, recall, score: float, answer: str,
+                        learned: list[dict], meter: UsageMeter, settings: TrialSettings, seed: int) -> dict:
+        """What the trial recalled (a score part, and an assessment on its trace); building, what it teaches:
+        judged against the stream's earlier F1s, its experience extracted by the model."""
+        best = recall.retrieved[0] if recall.retrieved else None
+        if best is not None:
+            record.assessments.append({"name": "memory_recall", "value": round(best[0], 4), "source_type": "CODE",
+                                       "source_id": "ehrbench.agentehr.memory", "rationale": evolving.section([best]),
+                                       "metadata": {"entry": best[1]["key"]}})
+        parts = {"memory/recalled": float(best is not None), "memory/similarity": best[0] if best else 0.0}
+        if self.options.get("memory") != "build" or recall.key is None:
+            return parts
+        previous = [e["f1"] for e in await recall.entries()]
+        success = evolving.judge(score, previous)
+        p = prompts()
+        query = p["task_template"].format(specific=p["tasks"][task.task], current_time=task.prediction_time,
+                                          subject_id=task.subject_id)
+        items = await evolving.extract(settings.model_for("extractor", meter), query, record, list(task.labels),
+                                       answer, int(self.options.get("memory_max_items", 10)),
+                                       float(self.options.get("temperature", 0.0)), seed)
+        learned.append({"stream": evolving.stream(task.task, trial), "key": task.key, "item": {
+            "task": task.task, "key": task.key, "subject_id": task.subject_id, "prediction_time": task.prediction_time,
+            "f1": score, "success": success, "items": items, "vector": recall.key}})
+        return {**parts, "memory/success": float(success), "memory/items": float(len(items))}
 
     def report(self, records: list[TrialRecord], tasks: list[Sample], k: int, out_dir: Path) -> Report:
         """F1 by task and subset and averaged over tasks; Best@K over the trials; interaction errors; tokens per
@@ -200,7 +280,9 @@ class AgentEhrBenchmark(Benchmark):
                 per_sample[r.task_key].append(r.reward or 0.0)
                 for e in ERRORS:
                     errors[e] += r.score_parts.get(f"error/{e}", 0.0)
-                tokens[by_key[r.task_key].task].append(sum(u.get("input_tokens", 0) for u in r.usage.values()))
+                for kind in ("input", "output"):
+                    tokens[f"{by_key[r.task_key].task}/{kind}"].append(
+                        sum(u.get(f"{kind}_tokens", 0) for u in r.usage.values()))
         groups: dict[str, list[float]] = defaultdict(list)
         for key, scores in per_sample.items():
             t = by_key[key]
@@ -227,12 +309,16 @@ class AgentEhrBenchmark(Benchmark):
             if per_sample else []
         n = max(1, sum(len(s) for s in per_sample.values()))
         metrics.update({f"errors/{e}": 100 * errors[e] / n for e in ERRORS})
-        metrics.update({f"{t}/input_tokens_per_trial": float(np.mean(v)) for t, v in tokens.items()})
+        metrics.update({f"{t}_tokens_per_trial": float(np.mean(v)) for t, v in tokens.items()})  # every role's
         console = Console(file=sys.stdout, width=100)
         with console.capture() as cap:
             console.print(table)
             console.print("interaction errors (% of trials): " + ", ".join(
                 f"{e} {metrics[f'errors/{e}']:.1f}" for e in ERRORS))
+            if tokens:
+                console.print("tokens per trial, input / output (the agent's and its helpers'): " + ", ".join(
+                    f"{t} {np.mean(tokens[f'{t}/input']):,.0f} / {np.mean(tokens[f'{t}/output']):,.0f}"
+                    for t in TASKS if f"{t}/input" in tokens))
         out_dir.mkdir(parents=True, exist_ok=True)
         by_task = {t: {s: 100 * metrics.get(f"{t}/{s}/F1", 0.0) for s in ("common", "rare")}
                    for t in TASKS if f"{t}/F1" in metrics}
@@ -240,6 +326,17 @@ class AgentEhrBenchmark(Benchmark):
         if curve:
             files.append(pass_k_curves({"all": {"Pass_at_k": [100 * c for c in curve]}}, list(range(1, k + 1)),
                                        out_dir / "best_at_k.png", "Best@K (x100) against K"))
+        valid = [r for r in records if r.valid and r.task_key in by_key]
+        if self.options.get("memory", "none") != "none" and valid:
+            metrics["memory/recalled"] = float(np.mean([r.score_parts.get("memory/recalled", 0.0) for r in valid]))
+        if learned := [m["item"] | {"trial": r.trial} for r in valid if r.final for m in r.memory]:
+            metrics["memory/entries"] = float(len(learned))
+            metrics["memory/success"] = float(np.mean([e["success"] for e in learned]))
+            metrics["memory/items_per_entry"] = float(np.mean([len(e["items"]) for e in learned]))
+            order = {(t.task, t.key): i for i, t in enumerate(tasks)}       # the order they were learned in
+            learned.sort(key=lambda e: (e["trial"], order.get((e["task"], e["key"]), 0)))
+            (out_dir / "memory.jsonl").write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in learned))
+            files.append(out_dir / "memory.jsonl")
         headline = {"F1": metrics.get("F1", 0.0)}
         return Report(cap.get(), metrics, headline=headline, curves={"Best_at_K": curve}, files=files)
 

@@ -16,14 +16,22 @@ first time column as the original does (which showed the current admission's dis
 `CensoredPatient` opens the patient's file read-only in a private in-memory connection of its own, copies each table
 censored into a temporary table of the same name (a patient's record is small: milliseconds), then detaches the raw
 file and the reference, so nothing uncensored is reachable at all; every episode has its own state (two episodes of
-one patient at different times share nothing), and an authorizer refuses writes, ATTACH and PRAGMA.
+one patient at different times share nothing), and an authorizer refuses writes, ATTACH and PRAGMA. Model-written
+SQL (`run_sql_query`) also meets the project's query limits: a deadline stops runaway joins, SQLite's length limit
+bounds one value, and at most `MAX_ROWS` rows (and `db/limits.py`'s bytes) are kept.
 `tests/test_agentehr_censoring.py` checks the guarantee on every table over many (patient, t) pairs against an
 independent statement of the rules.
 """
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
+
+from ...db.limits import QueryError, QueryLimits, QueryTimeout, fetch_bounded
+
+LIMITS = QueryLimits()
+MAX_ROWS = 20_000          # rows of one model-written query (the tools then show its last 8,000 characters)
 
 # when a row became known (SQL over the raw table's columns); tables absent here are censored through their parent
 KNOWN = {
@@ -143,15 +151,36 @@ class CensoredPatient:
         if reference_file is not None:
             self.conn.execute("DETACH DATABASE ref")
         self.conn.set_authorizer(self._authorize)
+        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, LIMITS.max_value_bytes)
 
     @staticmethod
     def _authorize(action, arg1, arg2, dbname, source):
         """Reads only: no writes, no ATTACH (the raw file back), no PRAGMA."""
         return sqlite3.SQLITE_OK if action in _READS else sqlite3.SQLITE_DENY
 
-    def query(self, sql: str, params: tuple = ()) -> tuple[list[str], list[tuple]]:
-        cursor = self.conn.execute(sql, params)
-        return [d[0] for d in cursor.description or ()], cursor.fetchall()
+    def query(self, sql: str, params: tuple = (), timeout_s: float = 10.0,
+              max_rows: int | None = None) -> tuple[list[str], list[tuple]]:
+        """Columns and rows; `QueryError` (its message for the model) past the deadline, a value's size limit, or
+        (model SQL) `max_rows` rows or the result's byte limit."""
+        deadline = time.monotonic() + timeout_s
+        self.conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 10_000)
+        try:
+            cursor = self.conn.execute(sql, params)
+            if max_rows is None:
+                return [d[0] for d in cursor.description or ()], cursor.fetchall()
+            result = fetch_bounded(cursor, max_rows, max_rows + 1, LIMITS)
+        except sqlite3.Error as e:
+            if "interrupted" in str(e) and time.monotonic() > deadline:
+                raise QueryTimeout(f"query exceeded the {timeout_s:g} s time limit and was stopped") from None
+            if "too big" in str(e):
+                raise QueryError(f"a value would be larger than the {LIMITS.max_value_bytes:,}-byte limit on one "
+                                 "value; select a shorter part (substr)") from None
+            raise
+        finally:
+            self.conn.set_progress_handler(None, 0)
+        if result.total > max_rows:
+            raise QueryError(f"the result has more than {max_rows:,} rows; narrow it (WHERE, LIMIT, GROUP BY)")
+        return [d[0] for d in cursor.description or ()], result.rows
 
     def close(self) -> None:
         self.conn.close()

@@ -66,22 +66,37 @@ def _minus(when: str, minutes: int) -> str:
     return str(datetime.fromisoformat(when) - timedelta(minutes=minutes))
 
 
-def _one_per_patient(rows: list[tuple], rng: random.Random) -> list[tuple]:
-    """A seeded random row per patient (rows start with subject_id), patients in id order."""
+def _one_per_patient(rows: list[tuple], rng: random.Random, patients: set[int] | None) -> list[tuple]:
+    """A seeded random row per patient (rows start with subject_id; only `patients`' when given), in id order."""
     by_patient: dict[int, list[tuple]] = {}
     for row in rows:
-        by_patient.setdefault(row[0], []).append(row)
+        if patients is None or row[0] in patients:
+            by_patient.setdefault(row[0], []).append(row)
     return [rng.choice(sorted(by_patient[s])) for s in sorted(by_patient)]
 
 
-def make_samples(source: str | Path, seed: int = 42) -> dict[str, list[dict]]:
-    """task -> samples, from a built MIMIC-IV rendering (SQLite)."""
+def split_patients_for_memory(source: str | Path, seed: int = 42) -> tuple[set[int], set[int]]:
+    """(test, train) patients: a seeded half of the world's patients is kept for the evolving memory's train split,
+    so no experience is ever learned on a patient it is later tested on."""
+    conn = sqlite3.connect(f"file:{Path(source).resolve()}?mode=ro", uri=True)
+    try:
+        patients = [s for (s,) in conn.execute("SELECT subject_id FROM patients ORDER BY subject_id")]
+    finally:
+        conn.close()
+    random.Random(f"{seed}/train").shuffle(patients)
+    half = len(patients) // 2
+    return set(patients[half:]), set(patients[:half])
+
+
+def make_samples(source: str | Path, seed: int = 42, patients: set[int] | None = None) -> dict[str, list[dict]]:
+    """task -> samples, from a built MIMIC-IV rendering (SQLite); only `patients`' when given."""
     conn = sqlite3.connect(f"file:{Path(source).resolve()}?mode=ro", uri=True)
     out: dict[str, list[dict]] = {}
     try:
         rng = random.Random(f"{seed}/diagnoses_ccs")
         picks = _one_per_patient(conn.execute("SELECT subject_id, hadm_id, dischtime FROM admissions "
-                                              "WHERE dischtime IS NOT NULL").fetchall(), rng)
+                                              "WHERE dischtime IS NOT NULL").fetchall(), rng,
+                                 patients)
         out["diagnoses_ccs"] = []
         for subject, hadm, disch in picks:
             codes = conn.execute("SELECT icd_code, icd_version, seq_num FROM diagnoses_icd WHERE hadm_id = ? "
@@ -92,7 +107,7 @@ def make_samples(source: str | Path, seed: int = 42) -> dict[str, list[dict]]:
                                          "task": "diagnoses_ccs", "label": [x for x in labels if x["name"]]})
         rng = random.Random(f"{seed}/procedures_ccs")
         picks = _one_per_patient(conn.execute("SELECT DISTINCT subject_id, chartdate FROM procedures_icd").fetchall(),
-                                 rng)
+                                 rng, patients)
         out["procedures_ccs"] = []
         for subject, day in picks:
             codes = conn.execute("SELECT hadm_id, icd_code, icd_version FROM procedures_icd WHERE subject_id = ? AND "
@@ -104,7 +119,7 @@ def make_samples(source: str | Path, seed: int = 42) -> dict[str, list[dict]]:
         groups = atc_by_drug_name()
         rows = [r for r in conn.execute("SELECT subject_id, starttime, hadm_id, drug FROM prescriptions").fetchall()
                 if r[3] in groups]
-        times = _one_per_patient(sorted({(r[0], r[1]) for r in rows}), random.Random(f"{seed}/prescriptions"))
+        times = _one_per_patient(sorted({(r[0], r[1]) for r in rows}), random.Random(f"{seed}/prescriptions"), patients)
         at: dict[tuple, list] = {}
         for r in rows:
             at.setdefault((r[0], r[1]), []).append(r)
@@ -119,7 +134,7 @@ def make_samples(source: str | Path, seed: int = 42) -> dict[str, list[dict]]:
                 ("transfers", "SELECT subject_id, intime, hadm_id, careunit FROM transfers "
                               "WHERE eventtype = 'transfer'", lambda r: {"name": r[3]})):
             rows = conn.execute(sql).fetchall()
-            times = _one_per_patient(sorted({(r[0], r[1]) for r in rows}), random.Random(f"{seed}/{task}"))
+            times = _one_per_patient(sorted({(r[0], r[1]) for r in rows}), random.Random(f"{seed}/{task}"), patients)
             at: dict[tuple, list] = {}
             for r in rows:
                 at.setdefault((r[0], r[1]), []).append(r)

@@ -17,13 +17,17 @@ Observations are cut to their last 8,000 characters by the agent (`agent.py`), a
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import sqlite3
 from pathlib import Path
 
 import pandas
 
-from .censoring import CensoredPatient
+from ...db.limits import QueryError
+from .censoring import MAX_ROWS, CensoredPatient
+
+SQL_TIMEOUT_S = 10.0           # a model-written query's time limit (run_sql_query)
 
 UNIQUE_LIMIT = 50
 FUZZY_LIMIT, FUZZY_THRESHOLD = 5, 0
@@ -232,9 +236,10 @@ class AgentEhrTools:
     async def tool_run_sql_query(self, subject_id: str, sql_query: str) -> str:
         if err := self._patient(subject_id):
             return err
-        try:
-            columns, rows = self.view.query(sql_query)
-        except (sqlite3.Error, sqlite3.Warning, ValueError) as e:
+        try:                                  # off the event loop: other trials go on while it runs
+            columns, rows = await asyncio.to_thread(self.view.query, str(sql_query), (), SQL_TIMEOUT_S,
+                                                          MAX_ROWS)
+        except (sqlite3.Error, sqlite3.Warning, ValueError, QueryError) as e:
             return f"SQL Execution Error: {e}"
         if not rows:
             return "Query executed successfully but returned no results."
