@@ -68,7 +68,9 @@ def main() -> None:
     bench_options = yaml.safe_load((ROOT / "conf" / "benchmark" / f"{args.benchmark}.yaml").read_text())
     bench_options["task_dir"] = str(ROOT / bench_options["task_dir"])
     bench = benchmarks.load(args.benchmark, bench_options)
-    spec = WorldSpec(seed=0, dictionary="used")
+    from ehrbench.world.generator import WorldSize
+
+    spec = WorldSpec(seed=0, size=WorldSize(scale=float(bench_options.get("world_scale", 1))), dictionary="used")
     from ehrbench.schemas.duckdb_export import export_duckdb
 
     resources = bench.resources()
@@ -80,7 +82,8 @@ def main() -> None:
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     runtime = start_runtime(paths, str(ROOT / "data" / "generated" / "value_index"),
-                            RuntimeOptions(user_simulators=args.user_simulators))
+                            RuntimeOptions(user_simulators=args.user_simulators), services=resources.services,
+                            settings=TrialSettings(args.benchmark, bench_options))
     if bench.resources().indexed_columns:
         build_indexes(runtime.databases, runtime.index, bench.resources().indexed_columns)
     tmp = Path(tempfile.mkdtemp(prefix="ehrbench-throughput-"))

@@ -19,6 +19,7 @@ from ehrbench.benchmarks.agentehr.patient_db import split_patients
 from ehrbench.benchmarks.agentehr.scoring import best_at_k, f1, interaction_errors, parse_prediction
 from ehrbench.benchmarks.agentehr.tasks import make_samples, write_candidates
 from ehrbench.benchmarks.agentehr.tools import PAPER_TOOLS, AgentEhrTools, limit_output
+from ehrbench.benchmarks.agentehr.views import InProcess, PatientViews
 from ehrbench.llm.base import ChatResponse
 from ehrbench.schemas import WorldSpec, build_database
 from ehrbench.trial import ToolCall, run_trial
@@ -43,9 +44,8 @@ async def _fake_embed(table, names, query):
 
 def _tools(world, sample):
     folder, _ = world
-    return AgentEhrTools(folder / f"patient_{sample['subject_id']}.db", folder / "reference.db",
-                         folder / "candidates.db", sample["subject_id"], sample["prediction_time"], _fake_embed,
-                         Knowledge())
+    return AgentEhrTools(InProcess(PatientViews({"mimic_iv": folder})), folder / "candidates.db", sample["subject_id"],
+                         sample["prediction_time"], _fake_embed, Knowledge())
 
 
 def run(coro):
@@ -93,7 +93,7 @@ def test_the_tools_keep_the_original_s_names_strings_and_limits(world):
     assert run(tools.call("get_records_by_time", {"subject_id": subject})).startswith("Error executing tool")
     assert run(tools.call("nope", {})) == "Error: Unknown tool 'nope'."
     assert limit_output("x" * 9000).endswith("... (totally 9000 str, and has been cut to 8000 str)")
-    tools.close()
+    run(tools.close())
 
 
 def test_model_sql_meets_the_time_size_and_row_limits(world, monkeypatch):
@@ -114,7 +114,7 @@ def test_model_sql_meets_the_time_size_and_row_limits(world, monkeypatch):
                                          "WHERE n < 5000) SELECT n FROM r")
     assert sql("DELETE FROM labevents").startswith("SQL Execution Error: not authorized")
     assert sql("SELECT COUNT(*) AS n FROM labevents").split()[0] == "n"        # the connection is still usable
-    tools.close()
+    run(tools.close())
 
 
 def test_f1_best_at_k_and_the_taxonomy():
@@ -231,9 +231,11 @@ def test_the_reference_scores_f1_1_on_every_task_through_ray_and_mlflow(ray_clus
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run_] = mlflow.search_runs(experiment_names=["agentehr"], output_format="list")
     m = run_.data.metrics
-    assert m["F1"] == 1.0 and all(m[f"{t}/F1"] == 1.0 for t in ("diagnoses_ccs", "procedures_ccs", "labevents",
-                                                                 "microbiologyevents", "transfers"))
-    assert m["errors/no_prediction"] == 0.0 and m["trials_valid"] >= 2 * 5 * 3
+    tasks = ("diagnoses_ccs", "procedures_ccs", "labevents", "prescriptions", "microbiologyevents", "transfers")
+    assert m["F1"] == 1.0 and all(m[f"{t}/F1"] == 1.0 for t in tasks)
+    assert m["mimic_iii/F1"] == 1.0 and all(m[f"{t}/mimic_iii/F1"] == 1.0 for t in tasks)     # the schema shift
+    assert m["common/F1"] == m["rare/F1"] == 1.0
+    assert m["errors/no_prediction"] == 0.0 and m["trials_valid"] >= 2 * 6 * 3 * 3
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_.info.run_id)}
     assert {"f1_by_task.png", "best_at_k.png", "results_table.txt"} <= artifacts
 
@@ -254,6 +256,7 @@ def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, 
                     Reply(tool="finish", args={"response": [label, "Some Other Unit"]}), model="gpt-4o")
         store = tmp_path / "mlruns"
         out = _main(["benchmark=agentehr", f"benchmark.task_dir={one}", "benchmark.tasks=[transfers]", "trials=1",
+                     "benchmark.mimic_iii=false",
                      "model=gpt-4o", f"model.base_url={server.url}/v1", f"data.root={tmp_path / 'gen'}",
                      f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                      f"hydra.run.dir={tmp_path / 'out'}"])
@@ -299,3 +302,55 @@ def test_summaries_every_ten_steps_reset_or_keep_the_context(world, mode):
         assert len(after) == 4 and after[3].role == "assistant"
     else:                                                           # kept: everything, the summary where it was made
         assert len(after) == 1 + 2 * 10 + 1 and shown[0].role == "user" and after[-1] is shown[0]
+
+
+def test_patients_go_to_their_shard_and_views_close_however_the_trial_ends(ray_cluster, world):
+    """Two ServiceShard actors hold the per-patient views: each episode's view opens on the shard its patient hashes
+    to, and is gone once the trial ends, at the step limit as well as answered."""
+    import ray
+
+    from ehrbench.benchmark import Hosts, TrialSettings
+    from ehrbench.benchmarks.agentehr.benchmark import Sample
+    from ehrbench.db.sharding import shard_of
+    from ehrbench.episode import run_task_trial
+    from ehrbench.runtime.actors import ActorNames, start_services
+    from ehrbench.runtime.hosts import PatientRouter, ServiceHost
+    from ehrbench.trial import Limits
+
+    folder, samples = world
+    source = folder.parent / (folder.name.removeprefix("agentehr-") + ".sqlite")
+    settings = TrialSettings(benchmark="agentehr", benchmark_options={"max_turns": 100}, agent="reference",
+                             user="none")
+    shards = start_services({"patients": 2}, settings, {"mimic_iv": str(source)}, ActorNames())["patients"]
+    router = PatientRouter([ServiceHost(h) for h in shards])
+    by_shard = {}
+    for s in samples["labevents"]:
+        by_shard.setdefault(shard_of(s["subject_id"], 2), s)
+    assert len(by_shard) == 2                                   # the fixture's patients fill both shards
+
+    async def opened():
+        tools = [AgentEhrTools(router.for_patient(s["subject_id"]), folder / "candidates.db", s["subject_id"],
+                               s["prediction_time"]) for s in by_shard.values()]
+        for t in tools:
+            await t.call("load_ehr", {"subject_id": str(t.subject_id), "timestamp": t.prediction_time})
+        counts = [await router.shards[i].open_episodes() for i in range(2)]
+        answers = [await t.call("run_sql_query", {"subject_id": str(t.subject_id),
+                                                  "sql_query": "SELECT DISTINCT subject_id FROM admissions"})
+                   for t in tools]
+        for t in tools:
+            await t.close()
+        return counts, answers, [await router.shards[i].open_episodes() for i in range(2)]
+    counts, answers, after = run(opened())
+    assert counts == [1, 1] and after == [0, 0]
+    assert [a.split()[-1] for a in answers] == [str(s["subject_id"]) for s in by_shard.values()]
+
+    for limit in (2, 30):                                       # the step limit, then answered
+        sample = by_shard[0]
+        task = Sample("labevents", sample["subject_id"], sample["hadm_id"], sample["prediction_time"],
+                      tuple(x["name"] for x in sample["label"]), "common", str(folder), str(folder / "candidates.db"))
+        [record] = run(run_task_trial(task, 0, Hosts({}, services={"patients": router}),
+                                      TrialSettings(benchmark="agentehr", benchmark_options={"max_turns": 100},
+                                                    agent="reference", user="none",
+                                                    limits=Limits(max_steps=limit))))
+        assert record.termination == ("max_steps" if limit == 2 else "answered"), record.error
+        assert [ray.get(h.call.remote("open_episodes")) for h in shards] == [0, 0]

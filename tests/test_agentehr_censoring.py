@@ -166,3 +166,73 @@ def test_dictionary_columns_are_joined_in_and_the_reference_is_not_reachable(fol
     assert "long_title" in view.tables["diagnoses_icd"] and "label" in view.tables["chartevents"]
     with pytest.raises(sqlite3.Error):
         view.query("SELECT * FROM ref.d_labitems")
+
+
+# The schema-shift subset (EHRSQL's MIMIC-III: upper-case names, no store times), its oracle written apart too.
+KNOWN_BY_III = {
+    "admissions": ["admittime"], "transfers": ["intime"], "icustays": ["intime"], "labevents": ["charttime"],
+    "chartevents": ["charttime"], "inputevents_cv": ["charttime"], "outputevents": ["charttime"],
+    "prescriptions": ["startdate"], "microbiologyevents": ["charttime+1d"], "procedures_icd": ["charttime@day"],
+}
+
+
+@pytest.fixture(scope="module")
+def folder_iii(tmp_path_factory):
+    root = tmp_path_factory.mktemp("agentehr_iii")
+    return split_patients(build_database("ehrsql_mimic_iii", SPEC, root), root)
+
+
+def _known_iii(table: str, row: dict, cutoff: str, discharged: set) -> bool:
+    if table == "patients":
+        return True
+    if table == "diagnoses_icd" or (table == "cost" and row["event_type"] == "diagnoses_icd"):
+        return row["hadm_id"] in discharged
+    if table == "cost":
+        return row["chargetime"] < cutoff
+    for column in KNOWN_BY_III[table]:
+        if column.endswith("+1d"):
+            return str(datetime.fromisoformat(row[column[:-3]]) + timedelta(days=1)) < cutoff
+        if column.endswith("@day"):
+            return row[column[:-4]][:10] < cutoff[:10]
+        if not row[column] < cutoff:
+            return False
+    return True
+
+
+def test_nothing_known_at_or_after_t_is_visible_in_the_mimic_iii_rendering(folder_iii):
+    from ehrbench.benchmarks.agentehr.censoring import EHRSQL_MIMIC_III
+
+    rng = random.Random(3)
+    checked = hidden = masked = 0
+    for path in sorted(folder_iii.glob("patient_*.db")):
+        raw = sqlite3.connect(path)
+        raw.row_factory = sqlite3.Row
+        times = sorted({v for (v,) in raw.execute("SELECT ADMITTIME FROM ADMISSIONS UNION SELECT DISCHTIME FROM "
+                                                  "ADMISSIONS UNION SELECT CHARTTIME FROM LABEVENTS") if v})
+        for t in rng.sample(times, min(5, len(times))):
+            when = datetime.fromisoformat(t)
+            for cutoff in (t, str(when - timedelta(minutes=1)), str(when + timedelta(minutes=1))):
+                view = CensoredPatient(path, cutoff, folder_iii / "reference.db", EHRSQL_MIMIC_III)
+                discharged = {r[0] for r in raw.execute("SELECT HADM_ID FROM ADMISSIONS WHERE DISCHTIME < ?",
+                                                        (cutoff,))}
+                for table in view.tables:
+                    rows = [{k.lower(): r[k] for k in r.keys()} for r in raw.execute(f'SELECT * FROM "{table}"')]
+                    expected = [r for r in rows if _known_iii(table.lower(), r, cutoff, discharged)]
+                    names, seen = view.query(f'SELECT * FROM "{table}"')
+                    assert len(seen) == len(expected), (path.name, cutoff, table)
+                    hidden += len(rows) - len(seen)
+                    for row in seen:
+                        cells = {n.lower(): v for n, v in zip(names, row)}
+                        for name, value in cells.items():
+                            if EHRSQL_MIMIC_III.is_time(table, name) and value is not None:
+                                assert str(value) < cutoff, (table, name)
+                        if table == "ADMISSIONS" and cells["dischtime"] is None:
+                            masked += 1
+                            assert cells["discharge_location"] is None
+                        if table == "ICUSTAYS" and cells["outtime"] is None:
+                            assert cells["last_careunit"] is None and cells["last_wardid"] is None
+                    checked += 1
+                view.close()
+    assert checked > 1000 and hidden > 1000 and masked > 10
+    assert set(view.tables) >= {"ADMISSIONS", "LABEVENTS", "COST", "DIAGNOSES_ICD", "PATIENTS"}
+    assert "LABEL" in [c.upper() for c in view.tables["LABEVENTS"]]          # the dictionary joined in

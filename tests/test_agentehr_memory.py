@@ -28,7 +28,8 @@ def test_items_are_parsed_as_the_original_parses_them():
     assert parse_items(reply) == [
         {"title": "Check the latest transfer", "description": "Units follow it.",
          "content": "Read the transfers table first."},
-        {"title": "Title on the next line", "description": "Title on the next line", "content": "Content over two lines"}]
+        {"title": "Title on the next line", "description": "Title on the next line",
+         "content": "Content over two lines"}]
     assert parse_items("no items at all") == []
 
 
@@ -77,6 +78,7 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path):
     (tasks / "transfers.json").write_text(json.dumps(test))
     (tasks / "manifest.json").write_text((source / "manifest.json").read_text())
     common = ["benchmark=agentehr", f"benchmark.task_dir={tasks}", "benchmark.tasks=[transfers]", "agent=retrosum",
+              "benchmark.mimic_iii=false",
               "trials=1", "model=gpt-4o", f"data.root={tmp_path / 'gen'}", f"runtime.address={ray_cluster.address}"]
     store = tmp_path / "mlruns"
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
@@ -96,7 +98,8 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path):
         assert len(requests) == 6
         extraction = requests[2].body["messages"][0]["content"]
         assert extraction.lstrip().startswith("You are an expert in clinical reasoning auditor.")
-        assert "Action: {name: get_latest_records, params: {" in extraction and "'table_name': 'transfers'" in extraction
+        assert "Action: {name: get_latest_records, params: {" in extraction
+        assert "'table_name': 'transfers'" in extraction
         assert json.dumps([x["name"] for x in train[0]["label"]]) in extraction          # the ground truth
         assert "## Relevant Past Experience" not in requests[0].body["messages"][0]["content"]   # empty memory
         second = requests[3].body["messages"][0]["content"]            # train 2 recalls what train 1 taught
@@ -108,7 +111,8 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path):
         entries = [json.loads(line) for line in memory_file.read_text().splitlines()]
         assert [e["subject_id"] for e in entries] == [train[0]["subject_id"], train[1]["subject_id"]]
         assert [e["success"] for e in entries] == [True, False] and entries[1]["items"] == []
-        assert entries[0]["items"][0]["title"] == "Check the latest transfer first" and len(entries[0]["vector"]) == 384
+        assert entries[0]["items"][0]["title"] == "Check the latest transfer first"
+        assert len(entries[0]["vector"]) == 384
 
         server.push(Reply(tool="finish", args={"response": [test[0]["label"][0]["name"]]}), model="gpt-4o")
         use = _main(common + ["benchmark.memory=use", f"benchmark.memory_file={memory_file}",

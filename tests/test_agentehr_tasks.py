@@ -75,3 +75,40 @@ def test_what_is_to_be_predicted_is_hidden_at_t_and_visible_once_known(world):
             later = t + timedelta(days=1, minutes=5)               # after discharge, results, arrival
             assert CensoredPatient(path, str(t)).query(sql, (key,))[1] == [(0,)], (task, s)
             assert CensoredPatient(path, str(later)).query(sql, (key,))[1][0][0] >= 1, (task, s)
+
+
+@pytest.fixture(scope="module")
+def world_iii(tmp_path_factory, world):
+    root = tmp_path_factory.mktemp("agentehr_tasks_iii")
+    source = build_database("ehrsql_mimic_iii", SPEC, root)
+    return {"source": source, "folder": split_patients(source, root),
+            "samples": make_samples(source, rendering="ehrsql_mimic_iii"),
+            "candidates": write_candidates(world["source"], root / "candidates.db", source)}
+
+
+def test_the_mimic_iii_subset_follows_the_same_rules_over_its_schema(world_iii):
+    from ehrbench.benchmarks.agentehr.censoring import EHRSQL_MIMIC_III
+
+    samples, conn = world_iii["samples"], sqlite3.connect(world_iii["candidates"])
+    assert set(samples) == set(TASKS) and all(len(samples[t]) >= 5 for t in TASKS)
+    for task in TASKS:                                     # both renderings' names are candidates
+        candidates = {c.lower() for (c,) in conn.execute(f"SELECT candidate FROM {CANDIDATE_TABLES[task]}")}
+        for s in samples[task]:
+            assert s["label"] and {x["name"].lower() for x in s["label"]} <= candidates, (task, s)
+    assert {"micu", "blood culture"} <= {c for (c,) in conn.execute(
+        "SELECT candidate FROM transfers_candidates UNION SELECT candidate FROM microbiologyevents_candidates")}
+    queries = {"diagnoses_ccs": "SELECT COUNT(*) FROM DIAGNOSES_ICD WHERE HADM_ID = ?",
+               "labevents": "SELECT COUNT(*) FROM LABEVENTS WHERE CHARTTIME = ?",
+               "transfers": "SELECT COUNT(*) FROM TRANSFERS WHERE EVENTTYPE = 'transfer' AND INTIME = ?",
+               "prescriptions": "SELECT COUNT(*) FROM PRESCRIPTIONS WHERE STARTDATE = ?",
+               "microbiologyevents": "SELECT COUNT(*) FROM MICROBIOLOGYEVENTS WHERE CHARTTIME = ?",
+               "procedures_ccs": "SELECT COUNT(*) FROM PROCEDURES_ICD WHERE date(CHARTTIME) = ?"}
+    for task, sql in queries.items():
+        for s in samples[task][:8]:
+            path = patient_file(world_iii["folder"], s["subject_id"])
+            t = datetime.fromisoformat(s["prediction_time"])
+            key = (s["hadm_id"] if task == "diagnoses_ccs" else s["prediction_time"][:10] if task == "procedures_ccs"
+                   else str(t + timedelta(minutes=1)))
+            later = t + timedelta(days=2, minutes=5)
+            assert CensoredPatient(path, str(t), rules=EHRSQL_MIMIC_III).query(sql, (key,))[1] == [(0,)], (task, s)
+            assert CensoredPatient(path, str(later), rules=EHRSQL_MIMIC_III).query(sql, (key,))[1][0][0] >= 1, s

@@ -144,7 +144,8 @@ def start_runtime_on_ray(conf: RunConfig, paths: dict[str, str], resources: Reso
     from .runtime.runner import build_indexes, start_runtime, start_workers
 
     runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=bool(resources.indexed_columns),
-                            embedder=conf.data.embedder, with_memory=resources.memory)
+                            embedder=conf.data.embedder, with_memory=resources.memory,
+                            services=resources.services, settings=settings)
     embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns)
     settings = start_workers(runtime, settings, conf.runtime)
     return runtime, embedded, settings

@@ -8,8 +8,9 @@ builds its own instance from them (`benchmarks.load`), so nothing but plain data
 What a benchmark says:
 - `tasks()`: its tasks (anything with a `key`, report `groups` ordered coarse to fine, and `to_json()`);
 - `resources()`: the world's database renderings it queries (SQLite files, or DuckDB ones exported from them), the
-  text columns to embed for similarity search and whether its agents share a memory, which the runtime hosts as Ray
-  actors (`DatabaseShard`, `ValueIndexActor`, `MemoryActor`) and hands back as `Hosts`;
+  text columns to embed for similarity search, whether its agents share a memory, and services of its own (objects
+  it builds with `service(...)`, sharded and routed by patient), which the runtime hosts as Ray actors
+  (`DatabaseShard`, `ValueIndexActor`, `MemoryActor`, `ServiceShard`) and hands back as `Hosts`;
 - `resolve_tasks(...)`: optional: tasks whose answers come from the run's databases (a question file without
   answers, answered once the databases are ready);
 - `schedule(...)`: optional chains of trials that must run one after another, in order (an agent whose memory of
@@ -94,6 +95,7 @@ class Resources:
     duckdb: tuple[str, ...] = ()                                 # of those, the ones hosted as DuckDB files
     indexed_columns: dict[str, dict[str, list[str]]] = field(default_factory=dict)   # db -> table -> columns
     memory: bool = False
+    services: dict[str, int] = field(default_factory=dict)      # name -> shards (`Benchmark.service`)
 
 
 @dataclass
@@ -102,6 +104,7 @@ class Hosts:
     databases: dict[str, Any]
     index: Any = None
     memory: Any = None               # the run's MemoryActor: `await memory.items(stream)`
+    services: dict[str, Any] = field(default_factory=dict)   # name -> router: `.for_patient(id)` is its shard's host
 
 
 @dataclass
@@ -187,6 +190,12 @@ class Benchmark:
 
     def tasks(self) -> list[Task]:
         raise NotImplementedError
+
+    def service(self, name: str, shard: int, shards: int, paths: dict[str, str]) -> Any:
+        """The object behind one shard of a service named in `resources().services`, built inside its actor (the
+        patients with `db.sharding.shard_of(id, shards) == shard` are routed to it); its methods are called
+        remotely, `await host.method(...)`."""
+        raise NotImplementedError(f"{self.name} names no service {name!r}")
 
     def resources(self) -> Resources:
         return Resources()

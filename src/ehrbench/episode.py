@@ -81,6 +81,8 @@ async def _attempts(task, trial: int, hosts: Hosts, settings: TrialSettings, use
             record = await run_trial(task.key, trial, episode.agent, user, episode.tools, episode.score,
                                      settings.limits, opening=episode.opening, greeting=episode.greeting)
         finally:
+            if (close := getattr(episode.tools, "close", None)) is not None:
+                await close()
             if user is not None:
                 meter.merge(await user.close())
         record.rerun = rerun

@@ -90,6 +90,8 @@ class User(Protocol):
 
 
 class Tools(Protocol):
+    """A trial's tools; one holding resources of its own also has `async close()`, called once the trial ended,
+    however it ended."""
     async def call(self, name: str, arguments: dict) -> str: ...
 
 

@@ -5,6 +5,8 @@
 - `ValueIndexActor`: the embedding model and every FAISS index; asks Ray for a GPU when the cluster has one.
 - `UserSimulatorActor`: hosts many simulated users' conversations at once, on one event loop.
 - `MemoryActor`: a run's shared memory (EHRAgent's long-term memory in sequential mode), filled by the driver.
+- `ServiceShard`: one shard of a benchmark's own service (`Benchmark.service`), e.g. AgentEHR's censored patient
+  views; trials reach the shard that holds their patient (`PatientRouter`).
 - `TrialWorker`: runs many trials at once on one event loop. A trial spends nearly all its time awaiting a model,
   so a worker's concurrency is bounded by the model provider's limits, not by threads or cores.
 
@@ -28,7 +30,7 @@ from ..episode import Conversation, run_task_trial
 from ..llm.usage import UsageMeter
 from ..retrieval.value_index import ValueIndex
 from ..trial import InfrastructureError, Turn, TrialRecord
-from .hosts import ActorHost, PatientRouter
+from .hosts import ActorHost, PatientRouter, ServiceHost
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class ActorNames:
     users: int = 0
     index_hosted: bool = True                       # False: the benchmark embeds nothing
     memory_hosted: bool = False                     # True: the benchmark's agents share a run-wide memory
+    services: dict = field(default_factory=dict)    # the benchmark's services: name -> shards
 
     def database(self, db_id: str, i: int) -> str:
         return f"{self.prefix}/db/{db_id}/{i}"
@@ -53,6 +56,9 @@ class ActorNames:
     @property
     def memory(self) -> str:
         return f"{self.prefix}/memory"
+
+    def service(self, name: str, i: int) -> str:
+        return f"{self.prefix}/service/{name}/{i}"
 
 
 @ray.remote(max_restarts=3, max_task_retries=0)
@@ -84,6 +90,29 @@ class DatabaseShard:
 
     def execute(self, sql, timeout_s=60.0, count_cap=1_000_000, keep=100, sort_key=None):
         return self.db.execute(sql, timeout_s, count_cap, keep, sort_key)
+
+
+@ray.remote(max_restarts=3, max_task_retries=0)
+class ServiceShard:
+    """One shard of a benchmark's service: the object `Benchmark.service` builds, its methods called remotely.
+    Threaded (`max_concurrency`), so one trial's slow call does not hold up the others'."""
+
+    def __init__(self, settings: TrialSettings, name: str, shard: int, shards: int, paths: dict[str, str]):
+        from .. import benchmarks
+
+        bench = benchmarks.load(settings.benchmark, settings.benchmark_options)
+        self.obj = bench.service(name, shard, shards, paths)
+
+    def call(self, method: str, *args):     # one entry point: Ray knows an actor's methods by its class
+        return getattr(self.obj, method)(*args)
+
+
+def start_services(services: dict[str, int], settings: TrialSettings, paths: dict[str, str], names: ActorNames,
+                   concurrency: int = 16) -> dict[str, list]:
+    """Every shard of every service, spread over the cluster's nodes, named for the trial workers."""
+    return {name: [ServiceShard.options(max_concurrency=concurrency, scheduling_strategy="SPREAD",
+                                        name=names.service(name, i)).remote(settings, name, i, n, paths)
+                   for i in range(n)] for name, n in services.items()}
 
 
 @ray.remote(max_restarts=3, max_task_retries=3)
@@ -225,7 +254,9 @@ class TrialWorker:
         self.hosts = Hosts({db_id: ActorHost([ray.get_actor(names.database(db_id, i)) for i in range(n)])
                             for db_id, n in names.replicas.items()},
                            ActorHost(ray.get_actor(names.index)) if names.index_hosted else None,
-                           ActorHost(ray.get_actor(names.memory)) if names.memory_hosted else None)
+                           ActorHost(ray.get_actor(names.memory)) if names.memory_hosted else None,
+                           {name: PatientRouter([ServiceHost(ray.get_actor(names.service(name, i))) for i in range(n)])
+                            for name, n in names.services.items()})
         self.settings = settings
         self.users = RemoteUsers([ray.get_actor(names.user(i)) for i in range(names.users)]) if names.users else None
 

@@ -65,6 +65,21 @@ class ActorHost:
         return call
 
 
+class ServiceHost:
+    """A `ServiceShard`'s object as if it were here: `await host.method(*args)` is its remote `call`."""
+
+    def __init__(self, handle):
+        self._host = ActorHost(handle)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def call(*args):
+            return await self._host.call(name, *args)
+        return call
+
+
 class PatientRouter:
     """A patient-partitioned database (`db/sharding.py`): each patient's questions go to the shard holding them."""
 

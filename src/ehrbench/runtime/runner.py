@@ -22,8 +22,8 @@ from tqdm import tqdm
 from ..benchmark import TrialSettings
 from ..config import RuntimeOptions
 from ..trial import Termination, TrialRecord
-from .actors import (ActorNames, start_database, start_memory, start_trial_workers, start_user_simulators,
-                     start_value_index)
+from .actors import (ActorNames, start_database, start_memory, start_services, start_trial_workers,
+                     start_user_simulators, start_value_index)
 from .rate_limits import start_rate_limiters
 
 log = logging.getLogger(__name__)
@@ -36,21 +36,24 @@ class Runtime:
     databases: dict[str, list]
     index: object
     memory: object = None
+    services: dict = field(default_factory=dict)
     workers: list = field(default_factory=list)
     users: list = field(default_factory=list)
     limiters: dict = field(default_factory=dict)
 
 
 def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptions = RuntimeOptions(),
-                  with_index: bool = True, embedder: dict | None = None, with_memory: bool = False) -> Runtime:
-    """Database shards, the value index, the shared memory and user simulators; trial workers come once the
-    settings are final."""
+                  with_index: bool = True, embedder: dict | None = None, with_memory: bool = False,
+                  services: dict[str, int] | None = None, settings: TrialSettings | None = None) -> Runtime:
+    """Database shards, the value index, the shared memory, the benchmark's services (built from `settings`) and
+    user simulators; trial workers come once the settings are final."""
     names = ActorNames(replicas={db_id: options.db_replicas for db_id in paths}, users=options.user_simulators,
-                       index_hosted=with_index, memory_hosted=with_memory)
+                       index_hosted=with_index, memory_hosted=with_memory, services=dict(services or {}))
     return Runtime(names, {db_id: start_database(p, db_id, options.db_replicas, names=names)
                            for db_id, p in paths.items()},
                    start_value_index(index_cache, names.index, embedder) if with_index else None,
                    start_memory(names.memory) if with_memory else None,
+                   start_services(names.services, settings, paths, names) if names.services else {},
                    users=start_user_simulators(names))
 
 

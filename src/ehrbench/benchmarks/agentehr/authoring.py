@@ -4,8 +4,10 @@
 
 The world's patients are split in two seeded halves (`tasks.split_patients_for_memory`): the test half gives
 <task>.json (one sample per patient and task, `tasks.make_samples`), the train half train/<task>.json (at most
-`--train` per task, the evolving memory's build split, in the order it is built). manifest.json names the world
-they come from (a run on another world stops at start and says how to write samples for it).
+`--train` per task, the evolving memory's build split, in the order it is built). mimic_iii/<task>.json is the
+schema-shift subset: the same test half of the world's patients (both renderings number them in the world's order)
+in the EHRSQL MIMIC-III rendering. manifest.json names the world they come from (a run on another world stops at
+start and says how to write samples for it).
 """
 from __future__ import annotations
 
@@ -34,8 +36,12 @@ def main(argv: list[str] | None = None) -> None:
     samples = make_samples(source, args.sample_seed, test_patients)
     train = {task: random.Random(f"{args.sample_seed}/train/{task}").sample(items, min(args.train, len(items)))
              for task, items in make_samples(source, args.sample_seed, train_patients).items()}
+    iii_source = build_database("ehrsql_mimic_iii", WorldSpec(seed=args.seed, size=WorldSize(scale=args.scale)),
+                                Path(args.root))
+    iii = make_samples(iii_source, args.sample_seed, split_patients_for_memory(iii_source, args.sample_seed)[0],
+                       "ehrsql_mimic_iii")
     out = Path(args.out)
-    for folder, split in ((out, samples), (out / "train", train)):
+    for folder, split in ((out, samples), (out / "train", train), (out / "mimic_iii", iii)):
         folder.mkdir(parents=True, exist_ok=True)
         for task, items in split.items():
             (folder / f"{task}.json").write_text("[\n" + ",\n".join(json.dumps(i, ensure_ascii=False) for i in items)
@@ -43,10 +49,12 @@ def main(argv: list[str] | None = None) -> None:
     (out / "manifest.json").write_text(json.dumps({
         "generator": "ehrbench.benchmarks.agentehr.authoring", "world": {"seed": args.seed, "scale": args.scale},
         "sample_seed": args.sample_seed, "samples": {t: len(v) for t, v in samples.items()},
-        "train_samples": {t: len(v) for t, v in train.items()}}, indent=2) + "\n")
+        "train_samples": {t: len(v) for t, v in train.items()},
+        "mimic_iii_samples": {t: len(v) for t, v in iii.items()}}, indent=2) + "\n")
     print(f"{sum(map(len, samples.values()))} samples written to {out}: "
           + ", ".join(f"{t} {len(v)}" for t, v in samples.items())
-          + f"; train split ({out / 'train'}): " + ", ".join(f"{t} {len(v)}" for t, v in train.items()))
+          + f"; train split ({out / 'train'}): " + ", ".join(f"{t} {len(v)}" for t, v in train.items())
+          + f"; MIMIC-III ({out / 'mimic_iii'}): " + ", ".join(f"{t} {len(v)}" for t, v in iii.items()))
 
 
 if __name__ == "__main__":

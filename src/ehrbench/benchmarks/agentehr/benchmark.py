@@ -34,6 +34,7 @@ from .scoring import ERRORS, best_at_k, f1, interaction_errors, parse_prediction
 from .tasks import TASKS
 
 DB = "mimic_iv"
+MIMIC_III = "ehrsql_mimic_iii"            # the schema-shift subset's rendering
 MEMORY_MODES = ("none", "build", "use")
 
 
@@ -44,12 +45,18 @@ class Sample:
     hadm_id: int | None
     prediction_time: str
     labels: tuple[str, ...]
-    subset: str                       # common | rare (inverse label frequency, the original's rule)
-    folder: str = ""                  # per-patient files and candidates (set once the database is ready)
+    subset: str                       # common | rare (inverse label frequency, the original's rule) | mimic_iii
+    folder: str = ""                  # its rendering's per-patient files (set once the databases are ready)
+    candidates: str = ""              # the candidate database
+
+    @property
+    def source(self) -> str:
+        return MIMIC_III if self.subset == "mimic_iii" else DB
 
     @property
     def key(self) -> str:
-        return f"{self.task}/{self.subject_id}/{self.prediction_time}"
+        return f"{'mimic_iii/' if self.subset == 'mimic_iii' else ''}{self.task}/{self.subject_id}/" \
+               f"{self.prediction_time}"
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -75,7 +82,8 @@ def subsets(items: list[dict]) -> list[str]:
     return ["common" if w <= mean else "rare" for w in weights]
 
 
-def load_samples(task_dir: Path, tasks: list[str]) -> list[Sample]:
+def load_samples(task_dir: Path, tasks: list[str], subset: str | None = None) -> list[Sample]:
+    """The samples of `tasks` in `task_dir`, each common or rare (or all `subset`: mimic_iii)."""
     out = []
     for task in tasks:
         path = task_dir / f"{task}.json"
@@ -88,9 +96,9 @@ def load_samples(task_dir: Path, tasks: list[str]) -> list[Sample]:
                                         "hadm_id, prediction_time, task, label: [{name, ...}]}")
             if it.get("task", task) != task:
                 raise TaskFileError(f"{path}: item {i}: task {it['task']!r} in the {task} file")
-        for it, subset in zip(items, subsets(items)):
+        for it, kind in zip(items, [subset] * len(items) if subset else subsets(items)):
             out.append(Sample(task, int(it["subject_id"]), it.get("hadm_id"), str(it["prediction_time"]),
-                              tuple(dict.fromkeys(str(x["name"]) for x in it["label"] if x.get("name"))), subset))
+                              tuple(dict.fromkeys(str(x["name"]) for x in it["label"] if x.get("name"))), kind))
     return out
 
 
@@ -134,6 +142,9 @@ class AgentEhrBenchmark(Benchmark):
             raise ConfigurationError(f"benchmark.task_dir={o.get('task_dir')!r}: no such folder (the project's samples "
                                      "are in data/tasks/agentehr)")
         check_world(Path(o["task_dir"]), o.get("world") or {}, "ehrbench.benchmarks.agentehr.authoring")
+        if not isinstance(o.get("mimic_iii", True), bool):
+            raise ConfigurationError(f"benchmark.mimic_iii={o['mimic_iii']!r}: true or false (also run the MIMIC-III "
+                                     "schema-shift subset)")
         mode = o.get("memory", "none")
         if mode not in MEMORY_MODES:
             raise ConfigurationError(f"benchmark.memory={mode!r}: choose none, build (learn from the train split) or "
@@ -156,12 +167,27 @@ class AgentEhrBenchmark(Benchmark):
                                      "(its experience is written by one): agent=retrosum model=...")
 
     def tasks(self) -> list[Sample]:
-        folder = Path(self.options["task_dir"])
-        return load_samples(folder / "train" if self.options.get("memory") == "build" else folder,
-                            list(self.options["tasks"]))
+        """The test samples (and the MIMIC-III subset's, with `benchmark.mimic_iii`); building the memory, the train
+        split."""
+        folder, tasks = Path(self.options["task_dir"]), list(self.options["tasks"])
+        if self.options.get("memory") == "build":
+            return load_samples(folder / "train", tasks)
+        iii = load_samples(folder / "mimic_iii", tasks, "mimic_iii") if self.options.get("mimic_iii", True) else []
+        return load_samples(folder, tasks) + iii
 
     def resources(self) -> Resources:
-        return Resources(databases=(DB,), memory=self.options.get("memory") == "build")
+        """The MIMIC-IV rendering and EHRSQL's MIMIC-III (the schema-shift subset; its names join the candidate
+        lists); the per-patient files hosted by `patient_shards` shards routed by patient."""
+        return Resources(databases=(DB, MIMIC_III), memory=self.options.get("memory") == "build",
+                         services={"patients": int(self.options.get("patient_shards", 2))})
+
+    def service(self, name: str, shard: int, shards: int, paths: dict[str, str]):
+        from .patient_db import split_patients
+        from .views import PatientViews
+
+        if name != "patients":
+            return super().service(name, shard, shards, paths)
+        return PatientViews({db: split_patients(Path(paths[db]), Path(paths[db]).parent) for db in paths})
 
     def schedule(self, tasks: list[Sample], trials: int) -> list[list[tuple[Sample, int]]] | None:
         """Building the memory: per task and trial index, one chain of the task's train samples in file order."""
@@ -170,32 +196,35 @@ class AgentEhrBenchmark(Benchmark):
         return [[(t, i) for t in tasks if t.task == task] for task in self.options["tasks"] for i in range(trials)]
 
     def resolve_tasks(self, tasks: list[Sample], paths: dict[str, str]) -> list[Sample]:
-        """The per-patient files and the candidate database, next to the run's MIMIC-IV file (built once)."""
+        """The per-patient files of both renderings and the candidate database, next to the run's database files
+        (built once)."""
         from dataclasses import replace
 
         from .patient_db import split_patients
         from .tasks import write_candidates
 
-        source = Path(paths[DB])
-        folder = split_patients(source, source.parent)
-        if not (folder / "candidates.db").exists():
-            write_candidates(source, folder / "candidates.db")
-        missing = [t.key for t in tasks if not (folder / f"patient_{t.subject_id}.db").exists()]
+        folders = {db: split_patients(Path(paths[db]), Path(paths[db]).parent) for db in (DB, MIMIC_III)}
+        candidates = folders[DB] / "candidates.db"
+        if not candidates.exists():
+            write_candidates(paths[DB], candidates, paths[MIMIC_III])
+        missing = [t.key for t in tasks if not (folders[t.source] / f"patient_{t.subject_id}.db").exists()]
         if missing:
             raise TaskFileError(f"{self.options['task_dir']}: {len(missing)} samples name patients this database does "
                                 f"not have (e.g. {missing[0]}); write samples for this world (authoring)")
-        return [replace(t, folder=str(folder)) for t in tasks]
+        return [replace(t, folder=str(folders[t.source]), candidates=str(candidates)) for t in tasks]
 
     def episode(self, task: Sample, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
                 seed: int) -> Episode:
         from .knowledge import Knowledge
         from .tools import AgentEhrTools
+        from .views import InProcess, PatientViews
 
         o = self.options
         folder = Path(task.folder)
-        tools = AgentEhrTools(folder / f"patient_{task.subject_id}.db", folder / "reference.db",
-                              folder / "candidates.db", task.subject_id, task.prediction_time, embed_scores,
-                              Knowledge())
+        views = hosts.services["patients"].for_patient(task.subject_id) if "patients" in hosts.services \
+            else InProcess(PatientViews({task.source: folder}))
+        tools = AgentEhrTools(views, task.candidates, task.subject_id, task.prediction_time, embed_scores,
+                              Knowledge(), task.source)
         mode, temperature = o.get("memory", "none"), float(o.get("temperature", 0.0))
         turns = int(o.get("max_turns", 100))
         recall = None
@@ -218,7 +247,6 @@ class AgentEhrBenchmark(Benchmark):
                                      seed, turns, int(o.get("summary_every", 10)), recall)
 
         async def scored(record: TrialRecord) -> Score:
-            tools.close()
             answer = record.messages[-1]["content"] if record.messages else ""
             predicted = parse_prediction(answer)
             result = f1(predicted, list(task.labels))
@@ -283,28 +311,31 @@ class AgentEhrBenchmark(Benchmark):
                 for kind in ("input", "output"):
                     tokens[f"{by_key[r.task_key].task}/{kind}"].append(
                         sum(u.get(f"{kind}_tokens", 0) for u in r.usage.values()))
-        groups: dict[str, list[float]] = defaultdict(list)
-        for key, scores in per_sample.items():
+        # Sample groups: <task>/<subset> (common, rare, mimic_iii), <task> (MIMIC-IV: common and rare). Averages
+        # over the tasks, the paper's Avg: F1 (MIMIC-IV) and <subset>/F1.
+        members: dict[str, list[str]] = defaultdict(list)
+        for key in per_sample:
             t = by_key[key]
-            mean = float(np.mean(scores))
-            for g in (t.task, f"{t.task}/{t.subset}", t.subset):
-                groups[g].append(mean)
+            members[f"{t.task}/{t.subset}"].append(key)
+            if t.subset != "mimic_iii":
+                members[t.task].append(key)
         metrics: dict[str, float] = {}
         table = Table(title=f"AgentEHR set F1 over {k} trials per sample")
         for col in ("group", "samples", "F1", f"Best@{k}"):
             table.add_column(col, justify="left" if col == "group" else "right")
-        task_means = []
-        for g in sorted(groups, key=lambda g: (g.count("/"), g)):
-            values = groups[g]
-            metrics[f"{g}/F1"] = float(np.mean(values))
-            keys = [key for key in per_sample if g in by_key[key].groups or by_key[key].subset == g]
-            best = float(np.mean([best_at_k(per_sample[key], k) for key in keys]))
-            metrics[f"{g}/Best_at_{k}"] = best
-            if g in TASKS:
-                task_means.append(metrics[f"{g}/F1"])
-            table.add_row(g, str(len(values)), f"{metrics[f'{g}/F1']:.4f}", f"{best:.4f}")
-        if task_means:
-            metrics["F1"] = float(np.mean(task_means))            # the paper's Avg: mean over the tasks
+        for g in sorted(members, key=lambda g: (g.count("/"), g)):
+            keys = members[g]
+            metrics[f"{g}/F1"] = float(np.mean([np.mean(per_sample[key]) for key in keys]))
+            metrics[f"{g}/Best_at_{k}"] = float(np.mean([best_at_k(per_sample[key], k) for key in keys]))
+            table.add_row(g, str(len(keys)), f"{metrics[f'{g}/F1']:.4f}", f"{metrics[f'{g}/Best_at_{k}']:.4f}")
+        for name, suffix in (("", ""), *((f"{s}/", f"/{s}") for s in ("common", "rare", "mimic_iii"))):
+            means = [metrics[f"{t}{suffix}/F1"] for t in TASKS if f"{t}{suffix}/F1" in metrics]
+            if means:
+                metrics[f"{name}F1"] = float(np.mean(means))
+                bests = [metrics[f"{t}{suffix}/Best_at_{k}"] for t in TASKS if f"{t}{suffix}/F1" in metrics]
+                metrics[f"{name}Best_at_{k}"] = float(np.mean(bests))
+                table.add_row(f"average {name.rstrip('/') or 'MIMIC-IV'}", str(len(means)) + " tasks",
+                              f"{metrics[f'{name}F1']:.4f}", f"{metrics[f'{name}Best_at_{k}']:.4f}")
         curve = [float(np.mean([best_at_k(s, i) for s in per_sample.values()])) for i in range(1, k + 1)] \
             if per_sample else []
         n = max(1, sum(len(s) for s in per_sample.values()))
@@ -320,8 +351,8 @@ class AgentEhrBenchmark(Benchmark):
                     f"{t} {np.mean(tokens[f'{t}/input']):,.0f} / {np.mean(tokens[f'{t}/output']):,.0f}"
                     for t in TASKS if f"{t}/input" in tokens))
         out_dir.mkdir(parents=True, exist_ok=True)
-        by_task = {t: {s: 100 * metrics.get(f"{t}/{s}/F1", 0.0) for s in ("common", "rare")}
-                   for t in TASKS if f"{t}/F1" in metrics}
+        by_task = {t: {s: 100 * metrics.get(f"{t}/{s}/F1", 0.0) for s in ("common", "rare", "mimic_iii")}
+                   for t in TASKS if any(f"{t}/{s}/F1" in metrics for s in ("common", "rare", "mimic_iii"))}
         files = [grouped_bars(by_task, out_dir / "f1_by_task.png", "AgentEHR F1 by task and subset", "F1 x 100")]
         if curve:
             files.append(pass_k_curves({"all": {"Pass_at_k": [100 * c for c in curve]}}, list(range(1, k + 1)),

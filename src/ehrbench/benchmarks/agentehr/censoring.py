@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...db.limits import QueryError, QueryLimits, QueryTimeout, fetch_bounded
@@ -33,49 +34,102 @@ from ...db.limits import QueryError, QueryLimits, QueryTimeout, fetch_bounded
 LIMITS = QueryLimits()
 MAX_ROWS = 20_000          # rows of one model-written query (the tools then show its last 8,000 characters)
 
-# when a row became known (SQL over the raw table's columns); tables absent here are censored through their parent
-KNOWN = {
-    "admissions": "admittime",
-    "transfers": "intime",
-    "services": "transfertime",
-    "labevents": "MAX(charttime, COALESCE(storetime, charttime))",
-    "prescriptions": "starttime",
-    "pharmacy": "MAX(starttime, COALESCE(verifiedtime, starttime))",   # dispensed once the order starts
-    "emar": "MAX(charttime, COALESCE(storetime, charttime))",
-    "microbiologyevents": "COALESCE(storetime, datetime(charttime, '+1 day'), date(chartdate, '+2 day'))",  # a
-    # culture's result is stored after it grows: without a store time, a day after the draw
-    "icustays": "intime",
-    "chartevents": "MAX(charttime, COALESCE(storetime, charttime))",
-    "datetimeevents": "MAX(charttime, COALESCE(storetime, charttime))",
-    "inputevents": "MAX(starttime, COALESCE(storetime, starttime))",
-    "outputevents": "MAX(charttime, COALESCE(storetime, charttime))",
-    "procedureevents": "starttime",
-    "procedures_icd": "date(chartdate, '+1 day')",
-    "omr": "date(chartdate, '+1 day')",
-    "discharge": "storetime",
-    "radiology": "storetime",
-}
-CODED_AT_DISCHARGE = ("diagnoses_icd", "drgcodes")      # visible once their admission is discharged before t
-ALWAYS = ("patients",)                                  # demographics: visible, with a future `dod` hidden
-DATE_COLUMNS = {"dod", "chartdate", "storedate"}
-# column whose time (NULL or not yet come) hides the columns it implies
-IMPLIED = {
-    "admissions": ("dischtime", ("discharge_location", "hospital_expire_flag", "deathtime")),
-    "icustays": ("outtime", ("los", "last_careunit")),
-    "procedureevents": ("endtime", ("value", "statusdescription", "originalamount", "ordercategorydescription")),
-    "pharmacy": ("stoptime", ("status", "duration")),
-}
-# dictionary columns joined into a table's view, as the original merges its d_* tables in (link_information.json)
-LINKS = {
-    "labevents": ("d_labitems", ("itemid",), ("label", "fluid", "category")),
-    "chartevents": ("d_items", ("itemid",), ("label", "category", "unitname")),
-    "inputevents": ("d_items", ("itemid",), ("label", "category")),
-    "outputevents": ("d_items", ("itemid",), ("label", "category")),
-    "procedureevents": ("d_items", ("itemid",), ("label", "category")),
-    "datetimeevents": ("d_items", ("itemid",), ("label", "category")),
-    "diagnoses_icd": ("d_icd_diagnoses", ("icd_code", "icd_version"), ("long_title",)),
-    "procedures_icd": ("d_icd_procedures", ("icd_code", "icd_version"), ("long_title",)),
-}
+@dataclass(frozen=True)
+class Rules:
+    """When each table's rows become known, for one rendering (table and column names matched case-insensitively;
+    tables absent from `known`, `at_discharge` and `always` are refused)."""
+    known: dict[str, str]                       # table -> SQL over its raw columns: when a row became known
+    at_discharge: tuple[str, ...]               # visible once their admission is discharged before t
+    always: tuple[str, ...]                     # demographics: visible, with a future death date hidden
+    dates: frozenset[str]                       # date-only columns: known at the end of their day
+    implied: dict[str, tuple[str, tuple[str, ...]]]   # table -> (anchor time, columns hidden while it is)
+    links: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]]   # table -> (dictionary, keys, columns joined)
+
+    def is_time(self, table: str, column: str) -> bool:
+        column = column.lower()
+        return column.endswith(("time", "date")) or column in self.dates or column in ("dob", "dod") or \
+            (table.lower() == "datetimeevents" and column == "value")
+
+
+MIMIC_IV = Rules(
+    known={
+        "admissions": "admittime",
+        "transfers": "intime",
+        "services": "transfertime",
+        "labevents": "MAX(charttime, COALESCE(storetime, charttime))",
+        "prescriptions": "starttime",
+        "pharmacy": "MAX(starttime, COALESCE(verifiedtime, starttime))",   # dispensed once the order starts
+        "emar": "MAX(charttime, COALESCE(storetime, charttime))",
+        "microbiologyevents": "COALESCE(storetime, datetime(charttime, '+1 day'), date(chartdate, '+2 day'))",  # a
+        # culture's result is stored after it grows: without a store time, a day after the draw
+        "icustays": "intime",
+        "chartevents": "MAX(charttime, COALESCE(storetime, charttime))",
+        "datetimeevents": "MAX(charttime, COALESCE(storetime, charttime))",
+        "inputevents": "MAX(starttime, COALESCE(storetime, starttime))",
+        "outputevents": "MAX(charttime, COALESCE(storetime, charttime))",
+        "procedureevents": "starttime",
+        "procedures_icd": "date(chartdate, '+1 day')",
+        "omr": "date(chartdate, '+1 day')",
+        "discharge": "storetime",
+        "radiology": "storetime",
+    },
+    at_discharge=("diagnoses_icd", "drgcodes"),
+    always=("patients",),
+    dates=frozenset({"dod", "chartdate", "storedate"}),
+    implied={
+        "admissions": ("dischtime", ("discharge_location", "hospital_expire_flag", "deathtime")),
+        "icustays": ("outtime", ("los", "last_careunit")),
+        "procedureevents": ("endtime", ("value", "statusdescription", "originalamount", "ordercategorydescription")),
+        "pharmacy": ("stoptime", ("status", "duration")),
+    },
+    # dictionary columns joined into a table's view, as the original merges its d_* tables in (link_information)
+    links={
+        "labevents": ("d_labitems", ("itemid",), ("label", "fluid", "category")),
+        "chartevents": ("d_items", ("itemid",), ("label", "category", "unitname")),
+        "inputevents": ("d_items", ("itemid",), ("label", "category")),
+        "outputevents": ("d_items", ("itemid",), ("label", "category")),
+        "procedureevents": ("d_items", ("itemid",), ("label", "category")),
+        "datetimeevents": ("d_items", ("itemid",), ("label", "category")),
+        "diagnoses_icd": ("d_icd_diagnoses", ("icd_code", "icd_version"), ("long_title",)),
+        "procedures_icd": ("d_icd_procedures", ("icd_code", "icd_version"), ("long_title",)),
+    })
+
+# The EHRSQL MIMIC-III rendering (the schema-shift subset): upper-case names, no store times, dated prescriptions.
+# Its DIAGNOSES_ICD.CHARTTIME is EHRSQL's (the admission time): the codes are still known at discharge, and so are
+# the charges of a diagnosis (COST rows of event_type diagnoses_icd).
+EHRSQL_MIMIC_III = Rules(
+    known={
+        "admissions": "admittime",
+        "transfers": "intime",
+        "icustays": "intime",
+        "labevents": "charttime",
+        "chartevents": "charttime",
+        "inputevents_cv": "charttime",
+        "outputevents": "charttime",
+        "prescriptions": "startdate",
+        "microbiologyevents": "datetime(charttime, '+1 day')",            # a culture's result, a day after the draw
+        "procedures_icd": "date(charttime, '+1 day')",    # as MIMIC-IV's dated procedures: at the day's end
+        "cost": "CASE WHEN event_type = 'diagnoses_icd' THEN COALESCE((SELECT a.dischtime FROM raw.admissions a "
+                "WHERE a.hadm_id = t.hadm_id), '9999') ELSE chargetime END",
+    },
+    at_discharge=("diagnoses_icd",),
+    always=("patients",),
+    dates=frozenset(),
+    implied={
+        "admissions": ("dischtime", ("discharge_location",)),
+        "icustays": ("outtime", ("last_careunit", "last_wardid")),
+        "transfers": ("outtime", ()),
+    },
+    links={
+        "labevents": ("d_labitems", ("itemid",), ("label",)),
+        "chartevents": ("d_items", ("itemid",), ("label",)),
+        "inputevents_cv": ("d_items", ("itemid",), ("label",)),
+        "outputevents": ("d_items", ("itemid",), ("label",)),
+        "diagnoses_icd": ("d_icd_diagnoses", ("icd9_code",), ("short_title", "long_title")),
+        "procedures_icd": ("d_icd_procedures", ("icd9_code",), ("short_title", "long_title")),
+    })
+
+RULES = {"mimic_iv": MIMIC_IV, "ehrsql_mimic_iii": EHRSQL_MIMIC_III}
 _READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 
 
@@ -83,41 +137,43 @@ class CensoringError(ValueError):
     """A table this module has no rule for: refusing is safer than showing it uncensored."""
 
 
-def is_time(table: str, column: str) -> bool:
-    return column.endswith("time") or column in DATE_COLUMNS or (table == "datetimeevents" and column == "value")
+def is_time(table: str, column: str, rules: Rules = MIMIC_IV) -> bool:
+    return rules.is_time(table, column)
 
 
-def _cell(table: str, column: str, cutoff: str) -> str:
+def _cell(table: str, column: str, cutoff: str, rules: Rules) -> str:
     """The column as the view shows it: a time at or after the cutoff is NULL, and so are the columns it implies."""
     q, name = f't."{column}"', f'"{column}"'
-    if column in DATE_COLUMNS:                       # a date is known at the end of its day
+    if column.lower() in rules.dates:                # a date is known at the end of its day
         return f"CASE WHEN {q} >= date('{cutoff}') THEN NULL ELSE {q} END AS {name}"
-    if is_time(table, column):
+    if rules.is_time(table, column):
         return f"CASE WHEN {q} >= '{cutoff}' THEN NULL ELSE {q} END AS {name}"
-    anchor, implied = IMPLIED.get(table, (None, ()))
-    if column in implied:
+    anchor, implied = rules.implied.get(table.lower(), (None, ()))
+    if column.lower() in implied:
         return f'CASE WHEN t."{anchor}" IS NULL OR t."{anchor}" >= \'{cutoff}\' THEN NULL ELSE {q} END AS {name}'
     return f"{q} AS {name}"
 
 
-def view_sql(table: str, columns: list[str], cutoff: str, reference: bool = False) -> str:
+def view_sql(table: str, columns: list[str], cutoff: str, reference: bool = False, rules: Rules = MIMIC_IV) -> str:
     """The censored copy of one table at `cutoff` ('YYYY-MM-DD HH:MM:SS'), with its dictionary's columns joined
     when the reference database is attached."""
-    shown = ", ".join(_cell(table, c, cutoff) for c in columns)
+    key = table.lower()
+    shown = ", ".join(_cell(table, c, cutoff, rules) for c in columns)
     source = f'raw."{table}" AS t'
-    if reference and table in LINKS:
-        dictionary, keys, extra = LINKS[table]
-        shown += "".join(f', d."{c}" AS "{c}"' for c in extra if c not in columns)
+    if reference and key in rules.links:
+        dictionary, keys, extra = rules.links[key]
+        have = {c.lower() for c in columns}
+        shown += "".join(f', d."{c}" AS "{c}"' for c in extra if c not in have)
         source += f' LEFT JOIN ref."{dictionary}" AS d ON ' + " AND ".join(f't."{k}" = d."{k}"' for k in keys)
-    if table in KNOWN:
-        where = f"{KNOWN[table]} < '{cutoff}'"
-    elif table in CODED_AT_DISCHARGE:
-        where = f"hadm_id IN (SELECT hadm_id FROM raw.admissions WHERE dischtime < '{cutoff}')"
-    elif table in ALWAYS:
+    if key in rules.known:
+        where = f"{rules.known[key]} < '{cutoff}'"
+    elif key in rules.at_discharge:
+        where = f"t.hadm_id IN (SELECT hadm_id FROM raw.admissions WHERE dischtime < '{cutoff}')"
+    elif key in rules.always:
         where = "1"
     else:
-        raise CensoringError(f"table {table!r} has no censoring rule (censoring.KNOWN); it would be shown uncensored")
-    where = where.replace("hadm_id IN", "t.hadm_id IN") if table in CODED_AT_DISCHARGE else where
+        raise CensoringError(f"table {table!r} has no censoring rule (censoring.Rules.known); it would be shown "
+                             "uncensored")
     return f'CREATE TEMP TABLE "{table}" AS SELECT {shown} FROM {source} WHERE {where}'
 
 
@@ -134,7 +190,8 @@ def check_cutoff(cutoff: str) -> str:
 class CensoredPatient:
     """One episode's view of one patient at one time: `conn` answers SQL over the censored views only."""
 
-    def __init__(self, patient_file: str | Path, cutoff: str, reference_file: str | Path | None = None):
+    def __init__(self, patient_file: str | Path, cutoff: str, reference_file: str | Path | None = None,
+                 rules: Rules = MIMIC_IV):
         self.cutoff = check_cutoff(cutoff)
         self.conn = sqlite3.connect("file::memory:", uri=True, check_same_thread=False)
         self.conn.execute("ATTACH DATABASE ? AS raw", (f"file:{Path(patient_file).resolve()}?mode=ro",))
@@ -143,7 +200,7 @@ class CensoredPatient:
         self.tables: dict[str, list[str]] = {}
         for (table,) in self.conn.execute("SELECT name FROM raw.sqlite_master WHERE type = 'table' ORDER BY name"):
             columns = [r[1] for r in self.conn.execute(f'PRAGMA raw.table_info("{table}")')]
-            self.conn.execute(view_sql(table, columns, self.cutoff, reference_file is not None))
+            self.conn.execute(view_sql(table, columns, self.cutoff, reference_file is not None, rules))
             self.tables[table] = [d[0] for d in self.conn.execute(f'SELECT * FROM temp."{table}" LIMIT 0')
                                   .description]
         self.conn.commit()

@@ -125,7 +125,7 @@ class Recall:
     async def latest_records(self) -> list[str]:
         tools, subject = self.tools, str(self.tools.subject_id)
         return [str({"table_name": t, "table_data": await tools.tool_get_latest_records(subject, t)})
-                for t in sorted(tools.view.tables)]
+                for t in sorted(tools.tables)]
 
     async def __call__(self) -> str:
         vectors = await self.encode(await self.latest_records())

@@ -23,7 +23,8 @@ CHUNK = 200                             # patients held in memory at once while 
 
 def _tables(conn: sqlite3.Connection) -> dict[str, list[tuple[str, str]]]:
     names = [n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-    return {n: [(r[1], r[2]) for r in conn.execute(f'PRAGMA table_info("{n}")') if r[1] != "row_id"] for n in names}
+    return {n: [(r[1], r[2]) for r in conn.execute(f'PRAGMA table_info("{n}")') if r[1].lower() != "row_id"]
+            for n in names}
 
 
 def _create(conn: sqlite3.Connection, table: str, columns: list[tuple[str, str]]) -> str:
@@ -32,7 +33,8 @@ def _create(conn: sqlite3.Connection, table: str, columns: list[tuple[str, str]]
 
 
 def split_patients(source: str | Path, root: str | Path) -> Path:
-    """The per-patient folder for the MIMIC-IV rendering `source` (built once, reused)."""
+    """The per-patient folder for a MIMIC rendering `source` (MIMIC-IV, or EHRSQL's MIMIC-III with its upper-case
+    names, kept as they are: the schema shift), built once and reused."""
     source, root = Path(source), Path(root)
     folder = root / f"agentehr-{source.stem}"
     if (folder / "reference.db").exists():
@@ -42,8 +44,8 @@ def split_patients(source: str | Path, root: str | Path) -> Path:
     tmp.mkdir(parents=True)
     src = sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True)
     try:
-        tables = {n: c for n, c in _tables(src).items() if n not in EXCLUDED}
-        per_patient = {n: c for n, c in tables.items() if "subject_id" in {name for name, _ in c}}
+        tables = {n: c for n, c in _tables(src).items() if n.lower() not in EXCLUDED}
+        per_patient = {n: c for n, c in tables.items() if "subject_id" in {name.lower() for name, _ in c}}
         ref = sqlite3.connect(tmp / "reference.db")
         for name, columns in tables.items():
             if name not in per_patient:
@@ -58,7 +60,7 @@ def split_patients(source: str | Path, root: str | Path) -> Path:
             marks = ", ".join("?" * len(chunk))
             for name, columns in per_patient.items():
                 cols = ", ".join(c for c, _ in columns)
-                at = [c for c, _ in columns].index("subject_id")
+                at = [c.lower() for c, _ in columns].index("subject_id")
                 for row in src.execute(f'SELECT {cols} FROM "{name}" WHERE subject_id IN ({marks}) ORDER BY rowid',
                                        chunk):
                     rows[row[at]][name].append(row)

@@ -17,15 +17,15 @@ Observations are cut to their last 8,000 characters by the agent (`agent.py`), a
 """
 from __future__ import annotations
 
-import asyncio
 import functools
 import sqlite3
+import uuid
 from pathlib import Path
 
 import pandas
 
 from ...db.limits import QueryError
-from .censoring import MAX_ROWS, CensoredPatient
+from .censoring import MAX_ROWS
 
 SQL_TIMEOUT_S = 10.0           # a model-written query's time limit (run_sql_query)
 
@@ -65,13 +65,15 @@ def candidate_tables(path: str) -> dict[str, tuple[list[str], list[tuple]]]:
 class AgentEhrTools:
     """One episode's tools: its patient's censored view, the candidate tables, the embedder and the corpus."""
 
-    def __init__(self, patient_file: str | Path, reference_file: str | Path, candidates_file: str | Path,
-                 subject_id: int, prediction_time: str, embed=None, knowledge=None):
-        self.files = (patient_file, reference_file)
+    def __init__(self, views, candidates_file: str | Path, subject_id: int, prediction_time: str, embed=None,
+                 knowledge=None, source: str = "mimic_iv"):
+        self.source = source                                  # the rendering: mimic_iv, or ehrsql_mimic_iii
+        self.views, self.episode = views, uuid.uuid4().hex     # the patient's shard (views.py), this episode there
         self.subject_id, self.prediction_time = int(subject_id), prediction_time
         self.candidates = candidate_tables(str(Path(candidates_file).resolve()))
         self.embed, self.knowledge = embed, knowledge
-        self.view: CensoredPatient | None = None
+        self.tables: dict[str, list[str]] | None = None       # once loaded: the censored tables and their columns
+        self.counts: dict[str, int] = {}
 
     # --- plumbing ---------------------------------------------------------------------------------------------
     async def call(self, name: str, arguments: dict) -> str:
@@ -80,25 +82,32 @@ class AgentEhrTools:
             return f"Error: Unknown tool '{name}'."
         try:
             return limit_output(str(await method(**arguments)))
-        except (TypeError, AttributeError, ValueError) as e:     # bad or missing arguments: the model's usage error
-            return f"Error executing tool {name}: {e}"
+        except (TypeError, AttributeError, ValueError, QueryError) as e:   # bad or missing arguments: the model's
+            return f"Error executing tool {name}: {e}"                      # usage error
 
     def _patient(self, subject_id) -> str | None:
         if str(subject_id).strip() != str(self.subject_id):
             return (f"Error: patient {subject_id} is not this task's patient; the EHR loaded is for subject_id "
                     f"{self.subject_id}.")
-        if self.view is None:
+        if self.tables is None:
             return "Error: No EHR data loaded. Call load_ehr first."
         return None
 
-    def _rows(self, table: str) -> tuple[list[str], list[tuple]]:
-        return self.view.query(f'SELECT * FROM "{table}"')
+    async def _query(self, sql: str, timeout_s: float = SQL_TIMEOUT_S, max_rows: int | None = None):
+        """Columns and rows from the episode's censored view; `QueryError` with the view's message."""
+        answer = await self.views.query(self.episode, sql, (), timeout_s, max_rows)
+        if answer[0] == "error":
+            raise QueryError(answer[1])
+        return answer[1], answer[2]
+
+    async def _rows(self, table: str) -> tuple[list[str], list[tuple]]:
+        return await self._query(f'SELECT * FROM "{table}"')
 
     def _ehr_table(self, table: str, function: str) -> str | None:
         if table in self.candidates:
             return f"Error: The tool `{function}` cannot be used to search the Candidate Table: `{table}`."
-        if table not in self.view.tables:
-            return f"Error: Table '{table}' not found in EHR Table list: {sorted(self.view.tables)}."
+        if table not in self.tables:
+            return f"Error: Table '{table}' not found in EHR Table list: {sorted(self.tables)}."
         return None
 
     # --- load ------------------------------------------------------------------------------------------------
@@ -108,16 +117,15 @@ class AgentEhrTools:
         if timestamp.strip() != self.prediction_time:
             return (f"Error: the current time of this task is {self.prediction_time}; load the EHR at that time "
                     "(records after it do not exist yet).")
-        if self.view is None:
-            self.view = CensoredPatient(*self.files[:1], self.prediction_time, self.files[1])
+        if self.tables is None:
+            opened = await self.views.open(self.episode, self.source, self.subject_id, self.prediction_time)
+            self.tables = {t: columns for t, (columns, _) in opened.items()}
+            self.counts = {t: n for t, (_, n) in opened.items()}
         lines = ["Loading Candidate Tables:"]
         lines += [f" - Loading '{t}' with {len(rows)} rows." for t, (_, rows) in self.candidates.items()]
         lines.append("Loading EHR Tables:")
-        lines += [f" - Loading '{t}' with {self._count(t)} rows." for t in self.view.tables]
+        lines += [f" - Loading '{t}' with {self.counts[t]} rows." for t in self.tables]
         return "\n".join(lines)
-
-    def _count(self, table: str) -> int:
-        return self.view.query(f'SELECT COUNT(*) FROM "{table}"')[1][0][0]
 
     # --- inner -----------------------------------------------------------------------------------------------
     async def tool_think(self, response: str) -> str:
@@ -127,13 +135,13 @@ class AgentEhrTools:
     async def tool_get_table_names(self, subject_id: str) -> str:
         if err := self._patient(subject_id):
             return err
-        return ("Available Tables:\n\nEHR Tables:\n" + ", ".join(sorted(self.view.tables)) +
+        return ("Available Tables:\n\nEHR Tables:\n" + ", ".join(sorted(self.tables)) +
                 "\n\nCandidate Tables:\n" + ", ".join(sorted(self.candidates)))
 
     async def tool_get_column_names(self, subject_id: str, table_name: str) -> str:
         if err := self._patient(subject_id):
             return err
-        columns = self.view.tables.get(table_name) or (self.candidates.get(table_name) or ([], []))[0]
+        columns = self.tables.get(table_name) or (self.candidates.get(table_name) or ([], []))[0]
         if not columns:
             return f"Error: Table '{table_name}' not found in EHR or candidate table lists."
         return f"Columns for table '{table_name}': {', '.join(columns)}"
@@ -146,11 +154,11 @@ class AgentEhrTools:
     async def tool_get_unique_values(self, subject_id: str, table_name: str, column_name: str) -> str:
         if err := self._patient(subject_id):
             return err
-        if table_name not in self.view.tables:
+        if table_name not in self.tables:
             return f"Error: Table '{table_name}' not found in EHR table list."
-        if column_name not in self.view.tables[table_name]:
+        if column_name not in self.tables[table_name]:
             return f"Error: Column '{column_name}' not found in table '{table_name}'."
-        values = [v for (v,) in self.view.query(f'SELECT DISTINCT "{column_name}" FROM "{table_name}"')[1]]
+        values = [v for (v,) in (await self._query(f'SELECT DISTINCT "{column_name}" FROM "{table_name}"'))[1]]
         values = sorted("nan" if v is None else str(v) for v in values)
         if len(values) > UNIQUE_LIMIT:
             return (f"Error: The column '{column_name}' has {len(values)} unique values, which is too many to "
@@ -162,7 +170,7 @@ class AgentEhrTools:
     async def tool_get_records_by_time(self, subject_id: str, table_name: str, start_time: str, end_time: str) -> str:
         if err := self._patient(subject_id) or self._ehr_table(table_name, "get_records_by_time"):
             return err
-        columns, rows = self._rows(table_name)
+        columns, rows = await self._rows(table_name)
         column = timestamp_column(columns)
         if column is None:
             return f"Error: No timestamp column found in table '{table_name}'. Cannot filter by time."
@@ -186,8 +194,8 @@ class AgentEhrTools:
             return ("Error: Start time or end time format is invalid. Please use a format like 'YYYY-MM-DD' or "
                     "'YYYY-MM-DD HH:MM:SS'.")
         lines = [f"Event counts between {start_time} and {end_time}:"]
-        for table in sorted(self.view.tables):
-            columns, rows = self._rows(table)
+        for table in sorted(self.tables):
+            columns, rows = await self._rows(table)
             column = timestamp_column(columns)
             if column is None:
                 lines.append(f"- {table}: Could not find a timestamp column.")
@@ -200,7 +208,7 @@ class AgentEhrTools:
     async def tool_get_latest_records(self, subject_id: str, table_name: str) -> str:
         if err := self._patient(subject_id) or self._ehr_table(table_name, "get_latest_records"):
             return err
-        columns, rows = self._rows(table_name)
+        columns, rows = await self._rows(table_name)
         column = timestamp_column(columns)
         if column is None:
             return f"Error: No timestamp column found in table '{table_name}'. Cannot find the latest records."
@@ -214,7 +222,7 @@ class AgentEhrTools:
     async def tool_get_records_by_keyword(self, subject_id: str, table_name: str, keyword: str) -> str:
         if err := self._patient(subject_id) or self._ehr_table(table_name, "get_records_by_keyword"):
             return err
-        columns, rows = self._rows(table_name)
+        columns, rows = await self._rows(table_name)
         needle = str(keyword).lower()
         found = [r for r in rows if any(isinstance(v, str) and needle in v.lower() for v in r)]
         if not found:
@@ -224,7 +232,7 @@ class AgentEhrTools:
     async def tool_get_records_by_value(self, subject_id: str, table_name: str, column_name: str, value: str) -> str:
         if err := self._patient(subject_id) or self._ehr_table(table_name, "get_records_by_value"):
             return err
-        columns, rows = self._rows(table_name)
+        columns, rows = await self._rows(table_name)
         if column_name not in columns:
             return f"Error: Column '{column_name}' not found in table '{table_name}'."
         i = columns.index(column_name)
@@ -236,10 +244,9 @@ class AgentEhrTools:
     async def tool_run_sql_query(self, subject_id: str, sql_query: str) -> str:
         if err := self._patient(subject_id):
             return err
-        try:                                  # off the event loop: other trials go on while it runs
-            columns, rows = await asyncio.to_thread(self.view.query, str(sql_query), (), SQL_TIMEOUT_S,
-                                                          MAX_ROWS)
-        except (sqlite3.Error, sqlite3.Warning, ValueError, QueryError) as e:
+        try:
+            columns, rows = await self._query(str(sql_query), SQL_TIMEOUT_S, MAX_ROWS)
+        except QueryError as e:
             return f"SQL Execution Error: {e}"
         if not rows:
             return "Query executed successfully but returned no results."
@@ -319,9 +326,10 @@ class AgentEhrTools:
     async def tool_retrieve_wikipedia(self, query: str) -> str:
         return await self._retrieve(query, "Wikipedia")
 
-    def close(self) -> None:
-        if self.view is not None:
-            self.view.close()
+    async def close(self) -> None:
+        if self.tables is not None:
+            await self.views.close(self.episode)
+            self.tables = None
 
 
 def _spec(name: str, description: str, **params: tuple[str, str]) -> dict:
