@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,8 +39,8 @@ def world(tmp_path_factory):
     return folder, make_samples(source)
 
 
-async def _fake_embed(table, names, query):
-    return [1.0 if query.lower() in n.lower() else 0.2 for n in names]
+async def _fake_embed(table, names, query, k):
+    return sorted(((n, 1.0 if query.lower() in n.lower() else 0.2) for n in names), key=lambda x: -x[1])[:k]
 
 
 def _tools(world, sample):
@@ -253,6 +254,8 @@ def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, 
     try:
         server.push(Reply(tool="get_candidates_by_keyword", args={"table_name": "transfers_candidates",
                                                                   "keyword": label.split()[0]}),
+                    Reply(tool="get_candidates_by_semantic_similarity", args={"table_name": "transfers_candidates",
+                                                                              "query": label}),
                     Reply(tool="finish", args={"response": [label, "Some Other Unit"]}), model="gpt-4o")
         store = tmp_path / "mlruns"
         out = _main(["benchmark=agentehr", f"benchmark.task_dir={one}", "benchmark.tasks=[transfers]", "trials=1",
@@ -264,13 +267,16 @@ def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, 
     finally:
         server.stop()
     assert out.returncode == 0, out.stderr[-3000:]
-    assert len(requests) == 2
+    assert len(requests) == 3
+    semantic = requests[2].body["messages"][-1]["content"]          # on the run's value index actor
+    assert semantic.startswith(f"--- Semantic search results for '{label}' ---\nFound ")
+    assert re.search(rf"\n {re.escape(label)}\s+1\.000\n", semantic)               # the label itself, cosine 1
     first = requests[0].body["messages"]
     assert first[0]["content"].startswith("<agent_instruction>") and first[1]["tool_calls"][0]["function"][
         "name"] == "load_ehr"
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run_] = mlflow.search_runs(experiment_names=["agentehr"], output_format="list")
-    assert run_.data.metrics["F1"] == pytest.approx(2 / 3) and run_.data.metrics["calls/agent"] == 2
+    assert run_.data.metrics["F1"] == pytest.approx(2 / 3) and run_.data.metrics["calls/agent"] == 3
 
 
 @pytest.mark.parametrize("mode", ["resum", "retrosum"])

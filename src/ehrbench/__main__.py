@@ -140,13 +140,15 @@ def connect_ray(conf: RunConfig, bench) -> None:
     ray.init(address=conf.address, ignore_reinit_error=True, log_to_driver=False, runtime_env=runtime_env)
 
 
-def start_runtime_on_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, settings: TrialSettings):
+def start_runtime_on_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, settings: TrialSettings,
+                         index_values: dict | None = None):
     from .runtime.runner import build_indexes, start_runtime, start_workers
 
-    runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=bool(resources.indexed_columns),
+    with_index = bool(resources.indexed_columns or index_values)
+    runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=with_index,
                             embedder=conf.data.embedder, with_memory=resources.memory,
                             services=resources.services, settings=settings)
-    embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns)
+    embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns, index_values)
     settings = start_workers(runtime, settings, conf.runtime)
     return runtime, embedded, settings
 
@@ -288,7 +290,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     digest = task_digest(all_tasks)
     identity = run_identity(params, digest)
     tasks = select_tasks(all_tasks, conf.run.limit_tasks)
-    runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings)  # 3. runtime
+    runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings,  # 3. runtime
+                                                       bench.index_values(all_tasks))
 
     run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
     checkpoint = open_checkpoint(Path(conf.tracking.root) / "runs" / identity, conf.run.resume)   # 4. run

@@ -13,6 +13,8 @@ What a benchmark says:
   (`DatabaseShard`, `ValueIndexActor`, `MemoryActor`, `ServiceShard`) and hands back as `Hosts`;
 - `resolve_tasks(...)`: optional: tasks whose answers come from the run's databases (a question file without
   answers, answered once the databases are ready);
+- `index_values(tasks)`: optional: value lists of its own to embed in the value index (a candidate table), searched
+  with `await hosts.index.scored(name, table, column, query, k)`;
 - `schedule(...)`: optional chains of trials that must run one after another, in order (an agent whose memory of
   earlier questions shapes the next); by default every trial is independent;
 - `episode(...)`: one attempt at one task, built on the trial worker: tools, agent, how to score, optional opening
@@ -190,6 +192,11 @@ class Benchmark:
 
     def tasks(self) -> list[Task]:
         raise NotImplementedError
+
+    def index_values(self, tasks: list) -> dict[tuple[str, str, str], list[str]]:
+        """(name, table, column) -> values to embed in the run's value index besides database columns (resolved
+        tasks given); none by default."""
+        return {}
 
     def service(self, name: str, shard: int, shards: int, paths: dict[str, str]) -> Any:
         """The object behind one shard of a service named in `resources().services`, built inside its actor (the

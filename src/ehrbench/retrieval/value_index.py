@@ -70,6 +70,10 @@ class ValueIndex:
 
     def search(self, db_id: str, table: str, column: str, query: str, k: int = 100) -> list[str]:
         """The `k` stored values nearest to the (lowercased) query, best first; no score threshold (as the original)."""
+        return [value for value, _ in self.scored(db_id, table, column, query.lower(), k)]
+
+    def scored(self, db_id: str, table: str, column: str, query: str, k: int = 100) -> list[tuple[str, float]]:
+        """The `k` stored values nearest to the query as written, best first, with their cosine similarity."""
         try:
             index, values = self._columns[(db_id, table, column)]
         except KeyError:
@@ -77,8 +81,8 @@ class ValueIndex:
         if not values:
             return []
         k = max(1, min(int(k), len(values)))
-        _, ids = index.search(self._embed_query(query.lower()), k)
-        return [values[i] for i in ids[0] if i >= 0]
+        scores, ids = index.search(self._embed_query(query), k)
+        return [(values[i], float(score)) for score, i in zip(scores[0], ids[0]) if i >= 0]
 
 
 class ColumnBuild:

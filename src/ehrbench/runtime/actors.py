@@ -142,6 +142,9 @@ class ValueIndexActor:
     def search(self, db_id, table, column, query, k=100):
         return self.index.search(db_id, table, column, query, k)
 
+    def scored(self, db_id, table, column, query, k=100):
+        return self.index.scored(db_id, table, column, query, k)
+
     def embedded_values(self) -> int:
         return self.index.embedded_values
 

@@ -67,15 +67,18 @@ def start_workers(runtime: Runtime, settings: TrialSettings, options: RuntimeOpt
     return settings
 
 
-def build_indexes(databases: dict[str, list], index_handle, indexed_columns: dict[str, dict[str, list[str]]]) -> int:
-    """Index every listed column (db -> table -> columns); returns the strings embedded (0 when all were cached)."""
+def build_indexes(databases: dict[str, list], index_handle, indexed_columns: dict[str, dict[str, list[str]]],
+                  values: dict[tuple[str, str, str], list[str]] | None = None) -> int:
+    """Index every listed column (db -> table -> columns) and value list ((name, table, column) -> values, a
+    benchmark's own); returns the strings embedded (0 when all were cached)."""
     if index_handle is None:
         return 0
     jobs = [(db_id, t, c) for db_id in databases for t, cols in indexed_columns.get(db_id, {}).items() for c in cols]
     pending = []
     for db_id, table, column in jobs:
-        values = ray.get(databases[db_id][0].distinct_values.remote(table, column))
-        pending.append((f"{db_id}.{table}.{column}", len(values), values))
+        found = ray.get(databases[db_id][0].distinct_values.remote(table, column))
+        pending.append((f"{db_id}.{table}.{column}", len(found), found))
+    pending += [(".".join(where), len(v), list(v)) for where, v in (values or {}).items()]
     total = sum(n for _, n, _ in pending)
     with tqdm(total=total, desc="value indexes", unit="value", unit_scale=True) as bar:
         for name, n, values in pending:

@@ -35,6 +35,7 @@ from .tasks import TASKS
 
 DB = "mimic_iv"
 MIMIC_III = "ehrsql_mimic_iii"            # the schema-shift subset's rendering
+INDEX_NAME = "agentehr"                   # the candidate tables' lists in the value index
 MEMORY_MODES = ("none", "build", "use")
 
 
@@ -119,12 +120,20 @@ async def encode(texts: list[str]) -> np.ndarray:
     return await asyncio.to_thread(_embedder().encode, list(texts))
 
 
-async def embed_scores(table: str, names: list[str], query: str) -> list[float]:
-    """Cosine similarity of the query to each candidate (the local model, in this process; vectors cached)."""
+async def nearest_here(table: str, names: list[str], query: str, k: int) -> list[tuple[str, float]]:
+    """The k candidates nearest the query with their cosine, best first (the local model, in this process; used
+    where no value index is hosted)."""
     def work():
-        vectors = _candidate_vectors(table, tuple(names))
-        return (vectors @ _embedder().encode([query])[0]).tolist()
+        scores = _candidate_vectors(table, tuple(names)) @ _embedder().encode([query])[0]
+        return sorted(zip(names, map(float, scores)), key=lambda x: -x[1])[:k]
     return await asyncio.to_thread(work)
+
+
+def nearest_in(index):
+    """The same on the run's value index (the ValueIndexActor: on a GPU where the cluster has one)."""
+    async def nearest(table: str, names: list[str], query: str, k: int) -> list[tuple[str, float]]:
+        return await index.scored(INDEX_NAME, table, "candidate", query, k)
+    return nearest
 
 
 class AgentEhrBenchmark(Benchmark):
@@ -181,6 +190,14 @@ class AgentEhrBenchmark(Benchmark):
         return Resources(databases=(DB, MIMIC_III), memory=self.options.get("memory") == "build",
                          services={"patients": int(self.options.get("patient_shards", 2))})
 
+    def index_values(self, tasks: list[Sample]) -> dict[tuple[str, str, str], list[str]]:
+        """Every candidate table's names, for semantic candidate search on the value index."""
+        from .tools import candidate_tables
+
+        files = {t.candidates for t in tasks if t.candidates}
+        return {(INDEX_NAME, table, "candidate"): sorted({str(r[0]) for r in rows})
+                for file in sorted(files) for table, (_, rows) in candidate_tables(file).items()}
+
     def service(self, name: str, shard: int, shards: int, paths: dict[str, str]):
         from .patient_db import split_patients
         from .views import PatientViews
@@ -223,8 +240,9 @@ class AgentEhrBenchmark(Benchmark):
         folder = Path(task.folder)
         views = hosts.services["patients"].for_patient(task.subject_id) if "patients" in hosts.services \
             else InProcess(PatientViews({task.source: folder}))
-        tools = AgentEhrTools(views, task.candidates, task.subject_id, task.prediction_time, embed_scores,
-                              Knowledge(), task.source)
+        nearest = nearest_in(hosts.index) if hosts.index is not None else nearest_here
+        tools = AgentEhrTools(views, task.candidates, task.subject_id, task.prediction_time, nearest, Knowledge(),
+                              task.source)
         mode, temperature = o.get("memory", "none"), float(o.get("temperature", 0.0))
         turns = int(o.get("max_turns", 100))
         recall = None

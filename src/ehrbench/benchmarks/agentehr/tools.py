@@ -65,13 +65,13 @@ def candidate_tables(path: str) -> dict[str, tuple[list[str], list[tuple]]]:
 class AgentEhrTools:
     """One episode's tools: its patient's censored view, the candidate tables, the embedder and the corpus."""
 
-    def __init__(self, views, candidates_file: str | Path, subject_id: int, prediction_time: str, embed=None,
+    def __init__(self, views, candidates_file: str | Path, subject_id: int, prediction_time: str, nearest=None,
                  knowledge=None, source: str = "mimic_iv"):
         self.source = source                                  # the rendering: mimic_iv, or ehrsql_mimic_iii
         self.views, self.episode = views, uuid.uuid4().hex     # the patient's shard (views.py), this episode there
         self.subject_id, self.prediction_time = int(subject_id), prediction_time
         self.candidates = candidate_tables(str(Path(candidates_file).resolve()))
-        self.embed, self.knowledge = embed, knowledge
+        self.nearest, self.knowledge = nearest, knowledge     # nearest(table, names, query, k): [(name, cosine)]
         self.tables: dict[str, list[str]] | None = None       # once loaded: the censored tables and their columns
         self.counts: dict[str, int] = {}
 
@@ -300,9 +300,8 @@ class AgentEhrTools:
         names = list(dict.fromkeys(str(r[0]) for r in found[1]))
         out = []
         for q in [query] if isinstance(query, str) else list(query):
-            scores = await self.embed(table_name, names, str(q))
-            ranked = [(n, round(s, 3)) for n, s in sorted(zip(names, scores), key=lambda x: -x[1])
-                      if s >= SEMANTIC_THRESHOLD][:SEMANTIC_LIMIT]
+            ranked = [(n, round(s, 3)) for n, s in await self.nearest(table_name, names, str(q), SEMANTIC_LIMIT)
+                      if s >= SEMANTIC_THRESHOLD]
             out.append(f"--- Semantic search results for '{q}' ---\nFound {len(ranked)} unique candidate names "
                        f"(threshold: {SEMANTIC_THRESHOLD}, limit: {SEMANTIC_LIMIT})\n"
                        f"{_table(['candidate', 'similarity'], ranked)}" if ranked else
