@@ -1,7 +1,7 @@
 """AgentEHR's data path: per-patient file build rate, and what a censored episode costs to open and to query.
 
-    make bench-agentehr                       # scales 1 and 5
-    make bench-agentehr ARGS="--scales 1 10"
+    make bench-agentehr                       # scales 2 (the samples' world) and 10
+    make bench-agentehr ARGS="--scales 2 50"
 
 Each scale's MIMIC-IV rendering is built (or reused) in a fresh folder and split into per-patient files; then, for
 up to 200 (patient, prediction time) pairs at the patients' own events, the episode's censored copies are made
@@ -34,7 +34,7 @@ def main() -> None:
     from ehrbench.world.generator import WorldSize
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scales", type=float, nargs="+", default=[1.0, 5.0])
+    parser.add_argument("--scales", type=float, nargs="+", default=[2.0, 10.0])
     args = parser.parse_args()
     print(f"{'scale':>6} {'patients':>9} {'split s':>8} {'patients/s':>11} {'open p50 ms':>12} {'open p95':>9} "
           f"{'query p50 ms':>13} {'query p95':>10}")

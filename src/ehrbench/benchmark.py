@@ -61,6 +61,29 @@ def read_json_records(path: Path, missing: str) -> list:
         return records
 
 
+def read_memory_lines(path: str | Path, fields: dict[str, type | tuple], made_by: str) -> list[dict]:
+    """The entries of a memory file (`benchmark.memory_file`: one JSON object per line, as a run that learned it
+    wrote it); a line that is not JSON or lacks a field (of its type) stops the run, naming the line."""
+    import json
+
+    from .llm.base import ConfigurationError
+
+    out = []
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigurationError(f"benchmark.memory_file: {path}: line {lineno}: not JSON ({e.msg})") from None
+        missing = [f for f, kind in fields.items() if not isinstance(entry.get(f), kind)]
+        if missing:
+            raise ConfigurationError(f"benchmark.memory_file: {path}: line {lineno}: field {missing[0]!r} missing "
+                                     f"(a memory.jsonl written by a {made_by} run has every field)")
+        out.append(entry)
+    return out
+
+
 def check_world(task_dir: Path, world: dict, authoring: str) -> None:
     """Task files written from the world (a `manifest.json` naming its seed and scale) must meet the run's world
     (`benchmark.world`: data.seed and data.scale); otherwise stop at start, saying how to write tasks for it."""

@@ -19,6 +19,7 @@ because the public code never shows those items to any model (`prompt_gen.experi
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Awaitable, Callable
 
 import numpy as np
 
-from ...llm.base import ChatRequest, ConfigurationError
+from ...llm.base import ChatRequest
 from ...trial import Message, TrialRecord
 
 SUCCESS_F1 = 0.2
@@ -164,23 +165,17 @@ async def extract(model, query: str, record: TrialRecord, labels: list[str], pre
     return []
 
 
-ENTRY_FIELDS = ("task", "key", "subject_id", "prediction_time", "f1", "success", "items", "vector")
+ENTRY_FIELDS = {"task": str, "key": str, "subject_id": int, "prediction_time": str, "f1": (int, float),
+                "success": bool, "items": list, "vector": list}
 
 
+@functools.lru_cache(maxsize=4)
 def read_memory_file(path: str | Path) -> dict[str, list[dict]]:
     """A memory a build run wrote (`memory.jsonl`, one entry per line), by task: its trial 0's, in learned order."""
+    from ...benchmark import read_memory_lines
+
     out: dict[str, list[dict]] = {}
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigurationError(f"benchmark.memory_file: {path}: line {lineno}: not JSON ({e.msg})") from None
-        missing = [f for f in ENTRY_FIELDS if f not in entry]
-        if missing:
-            raise ConfigurationError(f"benchmark.memory_file: {path}: line {lineno}: field {missing[0]!r} missing "
-                                     "(a memory.jsonl written by a benchmark.memory=build run has every field)")
+    for entry in read_memory_lines(path, ENTRY_FIELDS, "benchmark.memory=build"):
         if entry.get("trial", 0) == 0:
             out.setdefault(entry["task"], []).append(entry)
     return out

@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ...agents.code_sandbox import CellLimits
-from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TrialSettings
+from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TrialSettings, read_memory_lines
 from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
@@ -66,17 +66,8 @@ def memory_file_items(path: str) -> dict[str, list[dict]]:
     """A memory a sequential run wrote (`memory.jsonl`: db_id, trial, question, knowledge, code per line), by
     database: the items of its trial 0, in the order they were learned."""
     out: dict[str, list[dict]] = defaultdict(list)
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigurationError(f"benchmark.memory_file: {path}: line {lineno}: not JSON ({e.msg})") from None
-        missing = [f for f in ("db_id", "question", "knowledge", "code") if not isinstance(item.get(f), str)]
-        if missing:
-            raise ConfigurationError(f"benchmark.memory_file: {path}: line {lineno}: field {missing[0]!r} missing "
-                                     "(a memory.jsonl written by a memory=sequential run has every field)")
+    for item in read_memory_lines(path, dict.fromkeys(("db_id", "question", "knowledge", "code"), str),
+                                  "memory=sequential"):
         if item.get("trial", 0) == 0:
             out[item["db_id"]].append({k: item[k] for k in ("question", "knowledge", "code")})
     return dict(out)
