@@ -66,13 +66,17 @@ def test_what_is_to_be_predicted_is_hidden_at_t_and_visible_once_known(world):
                "transfers": "SELECT COUNT(*) FROM transfers WHERE eventtype = 'transfer' AND intime = ?",
                "prescriptions": "SELECT (SELECT COUNT(*) FROM prescriptions WHERE starttime = ?1) + "
                                 "(SELECT COUNT(*) FROM pharmacy WHERE starttime = ?1 OR medication IN "
-                                "(SELECT drug FROM prescriptions WHERE starttime = ?1))"}
+                                "(SELECT drug FROM prescriptions WHERE starttime = ?1))",
+               "microbiologyevents": "SELECT COUNT(*) FROM microbiologyevents WHERE chartdate = ?"}
     for task, sql in queries.items():
         for s in world["samples"][task][:10]:
             path = patient_file(world["folder"], s["subject_id"])
             t = datetime.fromisoformat(s["prediction_time"])
             key = s["hadm_id"] if task == "diagnoses_ccs" else str(t + timedelta(minutes=1))
             later = t + timedelta(days=1, minutes=5)               # after discharge, results, arrival
+            if task == "microbiologyevents":                       # the day's draws, their results a day later
+                assert s["prediction_time"].endswith("23:59:00")
+                key, later = str((t + timedelta(minutes=1)).date()), t + timedelta(days=3)
             assert CensoredPatient(path, str(t)).query(sql, (key,))[1] == [(0,)], (task, s)
             assert CensoredPatient(path, str(later)).query(sql, (key,))[1][0][0] >= 1, (task, s)
 

@@ -7,7 +7,7 @@ first time column as the original does (which showed the current admission's dis
   resulted after it is not yet known): `KNOWN`;
 - rows with no time of their own through their parent event: diagnoses_icd and drgcodes are coded at discharge, so
   they appear once their admission's `dischtime` is before t;
-- dates (procedures_icd.chartdate, omr.chartdate) are known at the end of their day;
+- dated rows (procedures_icd, omr) are known at the end of their day, and so is a death date;
 - notes by their store time;
 - in a visible row, every time at or after t is NULL, and so is what it implies (a current admission's discharge
   location, death flag and death time; a current ICU stay's length and last unit; a running procedure's duration;
@@ -41,7 +41,7 @@ class Rules:
     known: dict[str, str]                       # table -> SQL over its raw columns: when a row became known
     at_discharge: tuple[str, ...]               # visible once their admission is discharged before t
     always: tuple[str, ...]                     # demographics: visible, with a future death date hidden
-    dates: frozenset[str]                       # date-only columns: known at the end of their day
+    dates: frozenset[str]                       # date-only columns known at the end of their day (a death date)
     implied: dict[str, tuple[str, tuple[str, ...]]]   # table -> (anchor time, columns hidden while it is)
     links: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]]   # table -> (dictionary, keys, columns joined)
 
@@ -75,7 +75,7 @@ MIMIC_IV = Rules(
     },
     at_discharge=("diagnoses_icd", "drgcodes"),
     always=("patients",),
-    dates=frozenset({"dod", "chartdate", "storedate"}),
+    dates=frozenset({"dod"}),          # other dates belong to rows known by their own rule (a visible draw's day)
     implied={
         "admissions": ("dischtime", ("discharge_location", "hospital_expire_flag", "deathtime")),
         "icustays": ("outtime", ("los", "last_careunit")),

@@ -8,7 +8,7 @@ only `name` is scored). One sample per patient and task, at a seeded random even
 - labevents: t = charttime - 1 min; labels = the d_labitems labels of every lab drawn at that time;
 - prescriptions: t = starttime - 1 min; labels = the ATC groups (4th level) of the orders started then, from
   `data/atc.yaml`; orders of drugs without a group are dropped, as the original drops NDCs without an ATC name;
-- microbiologyevents: t = charttime - 1 min; labels = the test names at that time;
+- microbiologyevents: t = chartdate - 1 min (the day before, 23:59); labels = the test names of that day;
 - transfers: t = intime - 1 min of a transfer (eventtype 'transfer'); labels = its care unit.
 CCS comes from `data/ccs.yaml` (HCUP's grouper, written by scripts/derive_agentehr_vocab.py). Candidate tables hold
 every name a task can be answered with (all 283 CCS diagnosis categories, all procedure categories, every lab label,
@@ -125,8 +125,9 @@ def _atc_lower() -> dict[str, str]:
     return {k.lower(): v for k, v in atc_by_drug_name().items()}
 
 
-# The original's rules (data_preprocess/meta_sql_data_generation.py), per rendering. EHRSQL's MIMIC-III has no
-# procedure dates but times; its procedures are known at the end of their day, as MIMIC-IV's dated ones.
+# The original's rules (data_preprocess/meta_sql_data_generation.py: t = the first time column - 1 minute, labels =
+# the events at that time), per rendering. EHRSQL's MIMIC-III has no procedure dates but times; its procedures are
+# known at the end of their day, as MIMIC-IV's dated ones. Its microbiology has no chartdate: its charttime is first.
 RULES: dict[str, dict[str, LabelRule]] = {
     "mimic_iv": {
         "diagnoses_ccs": LabelRule(
@@ -141,8 +142,8 @@ RULES: dict[str, dict[str, LabelRule]] = {
             "USING (itemid)", _minus_minutes(1), lambda r: {"name": r[3], "itemid": r[4]}),
         "prescriptions": LabelRule("SELECT subject_id, starttime, hadm_id, drug FROM prescriptions",
                                    _minus_minutes(1), _atc),
-        "microbiologyevents": LabelRule(
-            "SELECT subject_id, charttime, hadm_id, test_name FROM microbiologyevents WHERE charttime IS NOT NULL",
+        "microbiologyevents": LabelRule(       # the first time column is chartdate: every test of the day
+            "SELECT subject_id, chartdate, hadm_id, test_name FROM microbiologyevents WHERE chartdate IS NOT NULL",
             _minus_minutes(1), lambda r: {"name": r[3]}),
         "transfers": LabelRule(
             "SELECT subject_id, intime, hadm_id, careunit FROM transfers WHERE eventtype = 'transfer'",
