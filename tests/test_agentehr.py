@@ -136,6 +136,9 @@ def test_f1_best_at_k_and_the_taxonomy():
             for i in range(10)]
     assert interaction_errors(loop, ["a"])["single_tool_loop"] == 1
     assert interaction_errors([("nope", {}, "Error: Unknown tool 'nope'.")], ["a"])["tool_usage_error"] == 1
+    assert interaction_errors([("finish", {}, "Error: malformed tool call: bad JSON")], ["a"])["tool_usage_error"] == 1
+    loads = [("load_ehr", {"subject_id": "1"}, "Loading")] + [("get_latest_records", {"table_name": "x"}, "")] * 4
+    assert interaction_errors(loads, ["a"])["tool_repeat"] == 0            # the agent's own load is not the model's
     assert interaction_errors([("think", {"response": "x"}, "")], ["a"])["no_candidate_tool"] == 1
 
 

@@ -52,8 +52,10 @@ ERRORS = ("no_prediction", "tool_repeat", "single_tool_loop", "multi_tool_cyclic
           "no_candidate_tool")
 
 
-def _similar(a: dict, b: dict) -> float:
-    return difflib.SequenceMatcher(None, json.dumps(a, sort_keys=True), json.dumps(b, sort_keys=True)).ratio()
+def _similar(a: str, b: str) -> bool:
+    """Ratcliff-Obershelp similarity above 0.95 (its cheap upper bounds first: most pairs stop there)."""
+    m = difflib.SequenceMatcher(None, a, b)
+    return m.real_quick_ratio() > 0.95 and m.quick_ratio() > 0.95 and m.ratio() > 0.95
 
 
 def interaction_errors(calls: list[tuple[str, dict, str]], predicted: list[str]) -> dict[str, int]:
@@ -61,7 +63,10 @@ def interaction_errors(calls: list[tuple[str, dict, str]], predicted: list[str])
     no prediction; tool repeat (the same tool and arguments 5 calls running); single-tool loop (the same tool 10
     calls running with arguments > 0.95 similar, Ratcliff-Obershelp); multi-tool cyclic loop (more than 15 calls
     each > 0.95 similar to an earlier call of the same tool, not all one tool); tool usage error (an unknown tool or
-    bad arguments); no candidate tool (no candidate search before answering)."""
+    bad arguments, or a malformed call); no candidate tool (no candidate search before answering). load_ehr, which
+    the agent makes itself, is not counted."""
+    calls = [(name, json.dumps(args, sort_keys=True, default=str), obs) for name, args, obs in calls
+             if name != "load_ehr"]                           # the agent's own first step, not the model's
     out = dict.fromkeys(ERRORS, 0)
     out["no_prediction"] = int(not predicted)
     run = 1
@@ -71,13 +76,13 @@ def interaction_errors(calls: list[tuple[str, dict, str]], predicted: list[str])
             out["tool_repeat"] = 1
     run = 1
     for prev, cur in zip(calls, calls[1:]):
-        run = run + 1 if prev[0] == cur[0] and _similar(prev[1], cur[1]) > 0.95 else 1
+        run = run + 1 if prev[0] == cur[0] and _similar(prev[1], cur[1]) else 1
         if run >= 10:
             out["single_tool_loop"] = 1
     similar = sum(1 for i, c in enumerate(calls)
-                  if any(p[0] == c[0] and _similar(p[1], c[1]) > 0.95 for p in calls[:i]))
+                  if any(p[0] == c[0] and _similar(p[1], c[1]) for p in calls[:i]))
     out["multi_tool_cyclic_loop"] = int(similar > 15 and len({c[0] for c in calls}) > 1)
-    out["tool_usage_error"] = int(any(o.startswith(("Error: Unknown tool", "Error executing tool"))
-                                      for _, _, o in calls))
+    usage = ("Error: Unknown tool", "Error executing tool", "Error: malformed")
+    out["tool_usage_error"] = int(any(o.startswith(usage) for _, _, o in calls))
     out["no_candidate_tool"] = int(bool(predicted) and not any(c[0].startswith("get_candidates_by") for c in calls))
     return out
