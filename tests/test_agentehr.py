@@ -125,6 +125,8 @@ def test_f1_best_at_k_and_the_taxonomy():
     assert parse_prediction('```json\n["A", "B"]\n```') == ["A", "B"]
     assert parse_prediction('I think [{"name": "A"}] is right') == ["A"]
     assert parse_prediction("__import__('os').system('x')") == []          # never eval
+    assert parse_prediction("['A', \"it's B\"]") == ["A", "it's B"]          # a Python literal, read as one
+    assert parse_prediction("[__import__('os').getcwd()]") == []
     assert parse_prediction('["a]b", "c"]') == ["a]b", "c"]                 # the original stopped at the first ]
     assert best_at_k([0.2, 0.4, 0.6], 1) == pytest.approx(0.4)
     assert best_at_k([0.2, 0.4, 0.6], 2) == pytest.approx((0.4 * 1 + 0.6 * 2) / 3)

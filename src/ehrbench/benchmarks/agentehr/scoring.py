@@ -8,6 +8,7 @@ The taxonomy is the paper's (the public code has none): see `interaction_errors`
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import math
@@ -15,7 +16,9 @@ import re
 
 
 def parse_prediction(text: str | None) -> list[str]:
-    """The names in a final answer: a JSON list (in a ```json fence or bare), else nothing."""
+    """The names in a final answer: a JSON list (in a ```json fence or bare), or a Python list literal as a model
+    writes one (['A', 'B'], which the original's eval read: `ast.literal_eval` reads literals only, never code),
+    else nothing."""
     if not text:
         return []
     body = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
@@ -24,7 +27,10 @@ def parse_prediction(text: str | None) -> list[str]:
         try:
             value = json.loads(candidate)
         except json.JSONDecodeError:
-            continue
+            try:
+                value = ast.literal_eval(candidate) if len(candidate) < 100_000 else None
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
         if isinstance(value, list):
             names = [next(iter(v.values()), "") if isinstance(v, dict) else v for v in value]
             return [str(n).strip() for n in names if isinstance(n, (str, int, float)) and str(n).strip()]
