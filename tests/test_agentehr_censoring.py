@@ -50,8 +50,8 @@ def _known(table: str, row: dict, cutoff: str, discharged: set) -> bool:
         value = row[column]
         if value is None:
             continue
-        if len(value) == 10 and not value < day:          # a date: known once its day is over
-            return False
+        if len(value) == 10 and not datetime.fromisoformat(value) + timedelta(days=1) < datetime.fromisoformat(cutoff):
+            return False                                   # a date: known once its day is over (at midnight: not yet)
         if len(value) > 10 and not value < cutoff:
             return False
     return True
@@ -66,7 +66,8 @@ def _cutoffs(raw: sqlite3.Connection, rng: random.Random, n: int = 6) -> list[st
     out = []
     for t in picked:
         when = datetime.fromisoformat(t)
-        out += [t, str(when - timedelta(minutes=1)), str(when + timedelta(minutes=1))]
+        out += [t, str(when - timedelta(minutes=1)), str(when + timedelta(minutes=1)),
+                f"{(when + timedelta(days=1)).date()} 00:00:00"]                  # the midnight a day ends
     return out
 
 
@@ -193,7 +194,7 @@ def _known_iii(table: str, row: dict, cutoff: str, discharged: set) -> bool:
         if column.endswith("+1d"):
             return str(datetime.fromisoformat(row[column[:-3]]) + timedelta(days=1)) < cutoff
         if column.endswith("@day"):
-            return row[column[:-4]][:10] < cutoff[:10]
+            return str(datetime.fromisoformat(row[column[:-4]][:10]) + timedelta(days=1)) < cutoff
         if not row[column] < cutoff:
             return False
     return True
@@ -211,7 +212,8 @@ def test_nothing_known_at_or_after_t_is_visible_in_the_mimic_iii_rendering(folde
                                                   "ADMISSIONS UNION SELECT CHARTTIME FROM LABEVENTS") if v})
         for t in rng.sample(times, min(5, len(times))):
             when = datetime.fromisoformat(t)
-            for cutoff in (t, str(when - timedelta(minutes=1)), str(when + timedelta(minutes=1))):
+            for cutoff in (t, str(when - timedelta(minutes=1)), str(when + timedelta(minutes=1)),
+                           f"{(when + timedelta(days=1)).date()} 00:00:00"):
                 view = CensoredPatient(path, cutoff, folder_iii / "reference.db", EHRSQL_MIMIC_III)
                 discharged = {r[0] for r in raw.execute("SELECT HADM_ID FROM ADMISSIONS WHERE DISCHTIME < ?",
                                                         (cutoff,))}

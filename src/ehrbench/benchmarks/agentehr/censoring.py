@@ -60,7 +60,7 @@ MIMIC_IV = Rules(
         "prescriptions": "starttime",
         "pharmacy": "MAX(starttime, COALESCE(verifiedtime, starttime))",   # dispensed once the order starts
         "emar": "MAX(charttime, COALESCE(storetime, charttime))",
-        "microbiologyevents": "COALESCE(storetime, datetime(charttime, '+1 day'), date(chartdate, '+2 day'))",  # a
+        "microbiologyevents": "COALESCE(storetime, datetime(charttime, '+1 day'), datetime(chartdate, '+2 day'))",  # a
         # culture's result is stored after it grows: without a store time, a day after the draw
         "icustays": "intime",
         "chartevents": "MAX(charttime, COALESCE(storetime, charttime))",
@@ -68,8 +68,8 @@ MIMIC_IV = Rules(
         "inputevents": "MAX(starttime, COALESCE(storetime, starttime))",
         "outputevents": "MAX(charttime, COALESCE(storetime, charttime))",
         "procedureevents": "starttime",
-        "procedures_icd": "date(chartdate, '+1 day')",
-        "omr": "date(chartdate, '+1 day')",
+        "procedures_icd": "datetime(chartdate, '+1 day')",
+        "omr": "datetime(chartdate, '+1 day')",
         "discharge": "storetime",
         "radiology": "storetime",
     },
@@ -108,7 +108,7 @@ EHRSQL_MIMIC_III = Rules(
         "outputevents": "charttime",
         "prescriptions": "startdate",
         "microbiologyevents": "datetime(charttime, '+1 day')",            # a culture's result, a day after the draw
-        "procedures_icd": "date(charttime, '+1 day')",    # as MIMIC-IV's dated procedures: at the day's end
+        "procedures_icd": "datetime(date(charttime), '+1 day')",    # as MIMIC-IV's dated procedures: at the day's end
         "cost": "CASE WHEN event_type = 'diagnoses_icd' THEN COALESCE((SELECT a.dischtime FROM raw.admissions a "
                 "WHERE a.hadm_id = t.hadm_id), '9999') ELSE chargetime END",
     },
