@@ -20,6 +20,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,11 +37,6 @@ def build(scale: float, folder: Path) -> tuple[Path, float, float]:
     t = time.perf_counter()
     duck = export_duckdb("mimic_iv", sqlite)
     return duck, built, time.perf_counter() - t
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def main() -> None:
@@ -82,12 +79,12 @@ def main() -> None:
         finally:
             db.close()
         print(f"\ngold SQL on the {scale:g}x world, {len(tasks)} tasks (ms): transpile p50 "
-              f"{percentile(transpile, .5):.1f} p95 {percentile(transpile, .95):.1f}; run p50 "
-              f"{percentile(run, .5):.1f} p95 {percentile(run, .95):.1f}")
+              f"{np.percentile(transpile, 50):.1f} p95 {np.percentile(transpile, 95):.1f}; run p50 "
+              f"{np.percentile(run, 50):.1f} p95 {np.percentile(run, 95):.1f}")
         for level in ("easy", "medium", "hard"):
             if by_level[level]:
-                print(f"  {level:<6} transpile + run p50 {percentile(by_level[level], .5):.1f} "
-                      f"p95 {percentile(by_level[level], .95):.1f}")
+                print(f"  {level:<6} transpile + run p50 {np.percentile(by_level[level], 50):.1f} "
+                      f"p95 {np.percentile(by_level[level], 95):.1f}")
 
     calls, tokens = defaultdict(list), defaultdict(list)
     for task in tasks:
