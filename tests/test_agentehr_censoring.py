@@ -179,17 +179,18 @@ KNOWN_BY_III = {
 
 @pytest.fixture(scope="module")
 def folder_iii(tmp_path_factory):
-    root = tmp_path_factory.mktemp("agentehr_iii")
-    return split_patients(build_database("ehrsql_mimic_iii", SPEC, root), root)
+    root = tmp_path_factory.mktemp("agentehr_iii")        # seed 5: a world with a death in it
+    spec = WorldSpec(seed=5, size=WorldSize(mimic_patients=30, eicu_patients=0, eicu_hospitals=1), dictionary="used")
+    return split_patients(build_database("ehrsql_mimic_iii", spec, root), root)
 
 
-def _known_iii(table: str, row: dict, cutoff: str, discharged: set) -> bool:
+def _known_iii(table: str, row: dict, cutoff: str, discharged: set, events: dict) -> bool:
     if table == "patients":
         return True
-    if table == "diagnoses_icd" or (table == "cost" and row["event_type"] == "diagnoses_icd"):
+    if table == "diagnoses_icd":
         return row["hadm_id"] in discharged
-    if table == "cost":
-        return row["chargetime"] < cutoff
+    if table == "cost":                                  # a charge is known when the event it charges is
+        return _known_iii(row["event_type"], events[row["event_type"]][row["event_id"]], cutoff, discharged, events)
     for column in KNOWN_BY_III[table]:
         if column.endswith("+1d"):
             return str(datetime.fromisoformat(row[column[:-3]]) + timedelta(days=1)) < cutoff
@@ -204,37 +205,43 @@ def test_nothing_known_at_or_after_t_is_visible_in_the_mimic_iii_rendering(folde
     from ehrbench.benchmarks.agentehr.censoring import EHRSQL_MIMIC_III
 
     rng = random.Random(3)
-    checked = hidden = masked = 0
-    for path in sorted(folder_iii.glob("patient_*.db")):
+    checked = hidden = masked = died = 0
+    source = sqlite3.connect(folder_iii.parent / (folder_iii.name.removeprefix("agentehr-") + ".sqlite"))
+    source.row_factory = sqlite3.Row
+    events = {t: {r["ROW_ID"]: {k.lower(): r[k] for k in r.keys()} for r in source.execute(f"SELECT * FROM {t}")}
+              for t in ("diagnoses_icd", "procedures_icd", "labevents", "prescriptions")}   # by ROW_ID, which
+    for path in sorted(folder_iii.glob("patient_*.db")):                                  # the split drops
         raw = sqlite3.connect(path)
         raw.row_factory = sqlite3.Row
         times = sorted({v for (v,) in raw.execute("SELECT ADMITTIME FROM ADMISSIONS UNION SELECT DISCHTIME FROM "
                                                   "ADMISSIONS UNION SELECT CHARTTIME FROM LABEVENTS") if v})
-        for t in rng.sample(times, min(5, len(times))):
+        deaths = [f"{d[:10]} 12:00:00" for (d,) in raw.execute("SELECT DOD FROM PATIENTS WHERE DOD IS NOT NULL")]
+        for t in rng.sample(times, min(5, len(times))) + deaths:           # and the day of a death, at noon
             when = datetime.fromisoformat(t)
             for cutoff in (t, str(when - timedelta(minutes=1)), str(when + timedelta(minutes=1)),
-                           f"{(when + timedelta(days=1)).date()} 00:00:00"):
+                           f"{when.date()} 23:58:00", f"{(when + timedelta(days=1)).date()} 00:00:00"):
                 view = CensoredPatient(path, cutoff, folder_iii / "reference.db", EHRSQL_MIMIC_III)
                 discharged = {r[0] for r in raw.execute("SELECT HADM_ID FROM ADMISSIONS WHERE DISCHTIME < ?",
                                                         (cutoff,))}
                 for table in view.tables:
                     rows = [{k.lower(): r[k] for k in r.keys()} for r in raw.execute(f'SELECT * FROM "{table}"')]
-                    expected = [r for r in rows if _known_iii(table.lower(), r, cutoff, discharged)]
+                    expected = [r for r in rows if _known_iii(table.lower(), r, cutoff, discharged, events)]
                     names, seen = view.query(f'SELECT * FROM "{table}"')
                     assert len(seen) == len(expected), (path.name, cutoff, table)
                     hidden += len(rows) - len(seen)
                     for row in seen:
                         cells = {n.lower(): v for n, v in zip(names, row)}
-                        for name, value in cells.items():
+                        for name, value in cells.items():          # a death date: once its day is over
                             if EHRSQL_MIMIC_III.is_time(table, name) and value is not None:
-                                assert str(value) < cutoff, (table, name)
+                                assert str(value) < (cutoff[:10] if name == "dod" else cutoff), (table, name)
                         if table == "ADMISSIONS" and cells["dischtime"] is None:
                             masked += 1
                             assert cells["discharge_location"] is None
+                        died += table == "PATIENTS" and cutoff.endswith("12:00:00") and cells["dod"] is None
                         if table == "ICUSTAYS" and cells["outtime"] is None:
                             assert cells["last_careunit"] is None and cells["last_wardid"] is None
                     checked += 1
                 view.close()
-    assert checked > 1000 and hidden > 1000 and masked > 10
+    assert checked > 1000 and hidden > 1000 and masked > 10 and died > 0
     assert set(view.tables) >= {"ADMISSIONS", "LABEVENTS", "COST", "DIAGNOSES_ICD", "PATIENTS"}
     assert "LABEL" in [c.upper() for c in view.tables["LABEVENTS"]]          # the dictionary joined in

@@ -33,14 +33,15 @@ def test_items_are_parsed_as_the_original_parses_them():
     assert parse_items("no items at all") == []
 
 
-def test_retrieval_takes_the_top_entry_at_cosine_0_5_with_items():
+def test_retrieval_takes_the_top_entry_at_cosine_0_5():
     key = np.array([1.0, 0.0], dtype=np.float32)
     entries = [{"key": "a", "items": [{"title": "t", "description": "d", "content": "c"}], "vector": [0.6, 0.8]},
-               {"key": "b", "items": [{"title": "t", "description": "d", "content": "c"}], "vector": [0.4, 0.9]},
-               {"key": "c", "items": [], "vector": [1.0, 0.0]}]                 # no items: never retrieved
+               {"key": "b", "items": [{"title": "t", "description": "d", "content": "c"}], "vector": [0.4, 0.9]}]
     [(similarity, entry)] = retrieve(key, entries)
     assert entry["key"] == "a" and similarity == pytest.approx(0.6)
     assert retrieve(key, entries, threshold=0.7) == []
+    empty = {"key": "c", "items": [], "vector": [1.0, 0.0]}       # as the original: an entry without items wins too
+    assert [e["key"] for _, e in retrieve(key, entries + [empty], top_k=2)] == ["c", "a"]
     text = section([(similarity, entry)])
     assert text == ("## Relevant Past Experience\n\nHere are relevant strategies from similar tasks:\n\n"
                     "### Memory 1 (Similarity: 0.60)\n- **t**: d\n  *Content*: c\n\n")
@@ -64,6 +65,7 @@ def test_the_reference_agent_cannot_build_a_memory(tmp_path):
 
 ITEM = ("# Memory Item 1\n## Title Check the latest transfer first\n## Description Units follow the last move.\n"
         "## Content Read the transfers table's latest rows before choosing a unit.")
+ITEM_2 = "# Memory Item 1\n## Title Weigh the admitting service\n## Content The service predicts the next unit."
 
 
 def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path):
@@ -89,7 +91,7 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path):
                     Reply(tool="finish", args={"response": [train[0]["label"][0]["name"]]}),   # train 1: F1 = 1
                     Reply(text=ITEM),                                                          # its experience
                     Reply(tool="finish", args={"response": ["Not A Unit"]}),                   # train 2: F1 = 0
-                    Reply(text="nothing useful"), Reply(text="still nothing"),   # unparsable, asked once more
+                    Reply(text="nothing useful"), Reply(text=ITEM_2),            # unparsable, asked once more
                     model="gpt-4o")
         build = _main(common + ["benchmark.memory=build", f"model.base_url={server.url}/v1", f"tracking.root={store}",
                                 f"hydra.run.dir={tmp_path / 'build'}"])
@@ -100,7 +102,8 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path):
         assert extraction.lstrip().startswith("You are an expert in clinical reasoning auditor.")
         assert "Action: {name: get_latest_records, params: {" in extraction
         assert "'table_name': 'transfers'" in extraction
-        assert json.dumps([x["name"] for x in train[0]["label"]]) in extraction          # the ground truth
+        assert str([{"name": train[0]["label"][0]["name"]}]) in extraction              # the ground truth
+        assert "Action: {name: finish, params: {'response': [" in extraction          # the finish step, last
         assert "## Relevant Past Experience" not in requests[0].body["messages"][0]["content"]   # empty memory
         second = requests[3].body["messages"][0]["content"]            # train 2 recalls what train 1 taught
         assert "## Relevant Past Experience" in second and "Check the latest transfer first" in second
@@ -110,7 +113,8 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path):
                                                                dst_path=str(tmp_path / "artifacts")))
         entries = [json.loads(line) for line in memory_file.read_text().splitlines()]
         assert [e["subject_id"] for e in entries] == [train[0]["subject_id"], train[1]["subject_id"]]
-        assert [e["success"] for e in entries] == [True, False] and entries[1]["items"] == []
+        assert [e["success"] for e in entries] == [True, False]
+        assert entries[1]["items"][0]["title"] == "Weigh the admitting service"
         assert entries[0]["items"][0]["title"] == "Check the latest transfer first"
         assert len(entries[0]["vector"]) == 384
 
@@ -120,7 +124,8 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path):
                               f"hydra.run.dir={tmp_path / 'use'}"])
         assert use.returncode == 0, use.stderr[-3000:]
         first = server.requests_for("gpt-4o")[-1].body["messages"][0]["content"]
-        assert first.count("### Memory 1 (Similarity: ") == 1 and "Check the latest transfer first" in first
+        assert first.count("### Memory 1 (Similarity: ") == 1 and "### Memory 2" not in first         # top 1
+        assert ("Check the latest transfer first" in first) != ("Weigh the admitting service" in first)
     finally:
         server.stop()
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns_use' / 'mlflow.db'}")

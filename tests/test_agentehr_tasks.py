@@ -116,3 +116,30 @@ def test_the_mimic_iii_subset_follows_the_same_rules_over_its_schema(world_iii):
             later = t + timedelta(days=2, minutes=5)
             assert CensoredPatient(path, str(t), rules=EHRSQL_MIMIC_III).query(sql, (key,))[1] == [(0,)], (task, s)
             assert CensoredPatient(path, str(later), rules=EHRSQL_MIMIC_III).query(sql, (key,))[1][0][0] >= 1, s
+
+
+def test_the_tools_read_the_mimic_iii_schema_and_a_lost_view_is_the_harness_s(world_iii):
+    import asyncio
+
+    from ehrbench.benchmarks.agentehr.tools import AgentEhrTools
+    from ehrbench.benchmarks.agentehr.views import InProcess, PatientViews
+    from ehrbench.trial import InfrastructureError
+
+    s = world_iii["samples"]["labevents"][0]
+    views = PatientViews({"ehrsql_mimic_iii": world_iii["folder"]})
+    tools = AgentEhrTools(InProcess(views), world_iii["candidates"], s["subject_id"], s["prediction_time"],
+                          source="ehrsql_mimic_iii")
+    subject = str(s["subject_id"])
+
+    async def go():
+        await tools.call("load_ehr", {"subject_id": subject, "timestamp": s["prediction_time"]})
+        latest = await tools.call("get_latest_records", {"subject_id": subject, "table_name": "ADMISSIONS"})
+        counts = await tools.call("get_event_counts_by_time", {"subject_id": subject, "start_time": "2000-01-01",
+                                                               "end_time": s["prediction_time"]})
+        views.close(tools.episode)                        # as a restarted shard would have lost it
+        with pytest.raises(InfrastructureError, match="lost by its patient shard"):
+            await tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELECT 1"})
+        return latest, counts
+    latest, counts = asyncio.run(go())
+    assert latest.splitlines()[0].split()[:3] == ["SUBJECT_ID", "HADM_ID", "ADMITTIME"]    # upper-case time columns
+    assert "- LABEVENTS: " in counts and "Could not find a timestamp column" not in counts.split("PATIENTS")[0]

@@ -9,6 +9,7 @@ Users live in this process (`LocalUsers`) or in UserSimulator actors (`runtime.a
 from __future__ import annotations
 
 import hashlib
+import logging
 import traceback
 
 from . import benchmarks
@@ -19,6 +20,7 @@ from .trial import InfrastructureError, Termination, Turn, TrialRecord, run_tria
 _INFRA_KIND = {"model": Termination.INFRA_MODEL, "user": Termination.INFRA_USER, "tool": Termination.INFRA_TOOL}
 
 USER_ERROR = "user_error"    # the validator's verdict that the simulated user broke its rules
+log = logging.getLogger(__name__)
 
 
 class Conversation:
@@ -82,7 +84,10 @@ async def _attempts(task, trial: int, hosts: Hosts, settings: TrialSettings, use
                                      settings.limits, opening=episode.opening, greeting=episode.greeting)
         finally:
             if (close := getattr(episode.tools, "close", None)) is not None:
-                await close()
+                try:
+                    await close()
+                except Exception as e:  # noqa: BLE001 - a finished trial stands; its host frees what is left
+                    log.warning("closing a trial's tools failed: %s", e)
             if user is not None:
                 meter.merge(await user.close())
         record.rerun = rerun

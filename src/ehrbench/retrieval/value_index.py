@@ -72,6 +72,10 @@ class ValueIndex:
         """The `k` stored values nearest to the (lowercased) query, best first; no score threshold (as the original)."""
         return [value for value, _ in self.scored(db_id, table, column, query.lower(), k)]
 
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Normalized embeddings of texts with the index's model (a benchmark's own keys: AgentEHR's memory)."""
+        return self.embedder.encode(list(texts))
+
     def scored(self, db_id: str, table: str, column: str, query: str, k: int = 100) -> list[tuple[str, float]]:
         """The `k` stored values nearest to the query as written, best first, with their cosine similarity."""
         try:

@@ -145,6 +145,9 @@ class ValueIndexActor:
     def scored(self, db_id, table, column, query, k=100):
         return self.index.scored(db_id, table, column, query, k)
 
+    def encode(self, texts):
+        return self.index.encode(texts)
+
     def embedded_values(self) -> int:
         return self.index.embedded_values
 

@@ -66,7 +66,9 @@ class ActorHost:
 
 
 class ServiceHost:
-    """A `ServiceShard`'s object as if it were here: `await host.method(*args)` is its remote `call`."""
+    """A `ServiceShard`'s object as if it were here: `await host.method(*args)` is its remote `call`. A method that
+    raised is an infrastructure error (the trial is re-run, its traceback never reaches the model): services answer
+    the model's mistakes as values."""
 
     def __init__(self, handle):
         self._host = ActorHost(handle)
@@ -76,7 +78,11 @@ class ServiceHost:
             raise AttributeError(name)
 
         async def call(*args):
-            return await self._host.call(name, *args)
+            try:
+                return await self._host.call(name, *args)
+            except ray.exceptions.RayTaskError as e:   # the service raised: a harness fault, never the model's
+                raise InfrastructureError(f"service {name}() failed: {type(e.cause).__name__}: {e.cause}"[:500],
+                                          source="tool") from None
         return call
 
 

@@ -7,8 +7,8 @@ makes one tool call per step; `finish(response=[...])` ends the trial with that 
 with no tool call (even an empty one) becomes a `think` call with its text, as the original turns it into a think
 action. At most `max_turns` (100) steps; the same observation repeated five times running also stops ReAct (the
 original's max_same_steps); then, as the original's forced termination, the termination instruction is sent with
-`finish` as the only tool. The context is a sliding window: past the paper's 64,000-token cap (4 characters a
-token) the oldest steps are dropped. With the evolving memory (`memory.Recall`), the retrieved experience is
+`finish` as the only tool. The context is a sliding window: past the paper's 64,000-token cap (less the reply's
+budget and the tools' schemas; 3 characters a token) the oldest steps are dropped. With the evolving memory (`memory.Recall`), the retrieved experience is
 appended to the first user message from the first model call on.
 
 `ReferenceAgent` reaches every label through the tools: load_ehr, then get_candidates_by_keyword for each label's
@@ -31,6 +31,8 @@ from .tools import SPECS
 MAX_TURNS = 100
 MAX_SAME = 5                  # repeats of one observation (6 alike in a row) that stop ReAct
 MAX_CONTEXT_TOKENS = 64_000   # the paper's context cap
+OUTPUT_TOKENS = 4_096         # kept free for the reply, with the original's 1,000-token margin
+CHARS_PER_TOKEN = 3           # a cautious estimate for tables and JSON (no tokenizer for every provider)
 
 
 @functools.lru_cache(maxsize=1)
@@ -38,11 +40,15 @@ def prompts() -> dict:
     return yaml.safe_load(resources.files("ehrbench.benchmarks.agentehr.data").joinpath("prompts.yaml").read_text())
 
 
-def first_message(task: str, subject_id: int, current_time: str) -> str:
+def instruction(task: str, subject_id: int, current_time: str) -> str:
+    """The task's instruction (the original's `task.instruction`): its prompt, the patient and the current time."""
     p = prompts()
-    instruction = p["task_template"].format(specific=p["tasks"][task], current_time=current_time,
-                                            subject_id=subject_id)
-    return f"<agent_instruction>\n{p['base_instruction']}\n</agent_instruction>\n\n{instruction}"
+    return p["task_template"].format(specific=p["tasks"][task], current_time=current_time, subject_id=subject_id)
+
+
+def first_message(task: str, subject_id: int, current_time: str) -> str:
+    return (f"<agent_instruction>\n{prompts()['base_instruction']}\n</agent_instruction>\n\n"
+            f"{instruction(task, subject_id, current_time)}")
 
 
 def answer(response) -> Message:
@@ -50,17 +56,17 @@ def answer(response) -> Message:
     (of names, or of dicts: each dict's first value), or a string holding one, or else one name."""
     from .scoring import parse_prediction
 
-    if isinstance(response, str):
-        names = parse_prediction(response) if response.strip().startswith(("[", "```")) else [response]
-    elif isinstance(response, list):
-        names = [next(iter(n.values()), "") if isinstance(n, dict) else n for n in response]
+    if isinstance(response, str) and not response.strip().startswith(("[", "```")):
+        names = [response]
+    elif isinstance(response, (str, list)):
+        names = parse_prediction(response if isinstance(response, str) else json.dumps(response, default=str))
     else:
         names = [] if response is None else [response]
     return Message("assistant", json.dumps([str(n) for n in names], ensure_ascii=False))
 
 
 def window(conversation: list[Message], max_chars: int) -> list[Message]:
-    """The context cut to `max_chars` (about 4 characters a token): the oldest steps after the first message and the
+    """The context cut to `max_chars` (about 3 characters a token): the oldest steps after the first message and the
     load are dropped, a call with its result, as the original drops messages[3] until the context fits; a summary
     note and the newest step are always kept."""
     def size(m: Message) -> int:
@@ -93,7 +99,8 @@ class ReActAgent:
         self.model, self.subject_id, self.current_time = model, subject_id, current_time
         self.temperature, self.seed, self.max_turns = temperature, seed, max_turns
         self.tools = [s for s in SPECS if s["name"] != "load_ehr"]
-        self.max_context_chars = 4 * MAX_CONTEXT_TOKENS
+        self.max_context_chars = CHARS_PER_TOKEN * (MAX_CONTEXT_TOKENS - OUTPUT_TOKENS - 1000) - \
+            len(json.dumps(self.tools))
         self.recall = recall                 # the evolving memory (memory.Recall): asked once, after the load
         self.experience: str | None = None   # what it added to the first user message
 
@@ -188,9 +195,7 @@ class SummarizingAgent(ReActAgent):
         if mode not in ("resum", "retrosum"):
             raise ValueError(f"summary mode {mode!r}: resum or retrosum")
         self.summarizer, self.mode, self.every = summarizer, mode, every
-        p = prompts()
-        self.instruction = p["task_template"].format(specific=p["tasks"][task], current_time=current_time,
-                                                     subject_id=subject_id)
+        self.instruction = instruction(task, subject_id, current_time)
         self.summary: str | None = None
         self.at: int | None = None          # where in the trial's history the summary stands
         self._summarized_after = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import threading
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from . import memory as evolving
-from .agent import ReActAgent, ReferenceAgent, SummarizingAgent, first_message, prompts
+from .agent import ReActAgent, ReferenceAgent, SummarizingAgent, first_message, instruction, prompts
 from .scoring import ERRORS, best_at_k, f1, interaction_errors, parse_prediction
 from .tasks import TASKS
 
@@ -83,6 +84,13 @@ def subsets(items: list[dict]) -> list[str]:
     return ["common" if w <= mean else "rare" for w in weights]
 
 
+def patient_folders(paths: dict[str, str]) -> dict[str, Path]:
+    """Each rendering's per-patient folder, next to its database file (split once, then reused)."""
+    from .patient_db import split_patients
+
+    return {db: split_patients(Path(path), Path(path).parent) for db, path in paths.items() if db in (DB, MIMIC_III)}
+
+
 def load_samples(task_dir: Path, tasks: list[str], subset: str | None = None) -> list[Sample]:
     """The samples of `tasks` in `task_dir`, each common or rare (or all `subset`: mimic_iii)."""
     out = []
@@ -103,6 +111,9 @@ def load_samples(task_dir: Path, tasks: list[str], subset: str | None = None) ->
     return out
 
 
+_LOCAL_MODEL = threading.Lock()         # one load of the local model, one encoding at a time
+
+
 @functools.lru_cache(maxsize=1)
 def _embedder():
     from ...retrieval.embedder import Embedder
@@ -115,16 +126,22 @@ def _candidate_vectors(table: str, names: tuple[str, ...]):
     return _embedder().encode(list(names))
 
 
+def _encode_here(texts: list[str]) -> np.ndarray:
+    with _LOCAL_MODEL:
+        return _embedder().encode(list(texts))
+
+
 async def encode(texts: list[str]) -> np.ndarray:
-    """Normalized embeddings of texts (the local model, in this process)."""
-    return await asyncio.to_thread(_embedder().encode, list(texts))
+    """Normalized embeddings of texts (the local model, in this process: where no value index is hosted)."""
+    return await asyncio.to_thread(_encode_here, texts)
 
 
 async def nearest_here(table: str, names: list[str], query: str, k: int) -> list[tuple[str, float]]:
     """The k candidates nearest the query with their cosine, best first (the local model, in this process; used
     where no value index is hosted)."""
     def work():
-        scores = _candidate_vectors(table, tuple(names)) @ _embedder().encode([query])[0]
+        with _LOCAL_MODEL:
+            scores = _candidate_vectors(table, tuple(names)) @ _embedder().encode([query])[0]
         return sorted(zip(names, map(float, scores)), key=lambda x: -x[1])[:k]
     return await asyncio.to_thread(work)
 
@@ -154,6 +171,10 @@ class AgentEhrBenchmark(Benchmark):
         if not isinstance(o.get("mimic_iii", True), bool):
             raise ConfigurationError(f"benchmark.mimic_iii={o['mimic_iii']!r}: true or false (also run the MIMIC-III "
                                      "schema-shift subset)")
+        shards = o.get("patient_shards", 4)
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ConfigurationError(f"benchmark.patient_shards={shards!r}: a whole number >= 1 (the actors holding "
+                                     "the per-patient views)")
         mode = o.get("memory", "none")
         if mode not in MEMORY_MODES:
             raise ConfigurationError(f"benchmark.memory={mode!r}: choose none, build (learn from the train split) or "
@@ -188,7 +209,7 @@ class AgentEhrBenchmark(Benchmark):
         """The MIMIC-IV rendering and EHRSQL's MIMIC-III (the schema-shift subset; its names join the candidate
         lists); the per-patient files hosted by `patient_shards` shards routed by patient."""
         return Resources(databases=(DB, MIMIC_III), memory=self.options.get("memory") == "build",
-                         services={"patients": int(self.options.get("patient_shards", 2))})
+                         services={"patients": int(self.options.get("patient_shards", 4))})
 
     def index_values(self, tasks: list[Sample]) -> dict[tuple[str, str, str], list[str]]:
         """Every candidate table's names, for semantic candidate search on the value index."""
@@ -199,12 +220,11 @@ class AgentEhrBenchmark(Benchmark):
                 for file in sorted(files) for table, (_, rows) in candidate_tables(file).items()}
 
     def service(self, name: str, shard: int, shards: int, paths: dict[str, str]):
-        from .patient_db import split_patients
         from .views import PatientViews
 
         if name != "patients":
             return super().service(name, shard, shards, paths)
-        return PatientViews({db: split_patients(Path(paths[db]), Path(paths[db]).parent) for db in paths})
+        return PatientViews(patient_folders(paths))
 
     def schedule(self, tasks: list[Sample], trials: int) -> list[list[tuple[Sample, int]]] | None:
         """Building the memory: per task and trial index, one chain of the task's train samples in file order."""
@@ -217,10 +237,9 @@ class AgentEhrBenchmark(Benchmark):
         (built once)."""
         from dataclasses import replace
 
-        from .patient_db import split_patients
         from .tasks import write_candidates
 
-        folders = {db: split_patients(Path(paths[db]), Path(paths[db]).parent) for db in (DB, MIMIC_III)}
+        folders = patient_folders(paths)
         candidates = folders[DB] / "candidates.db"
         if not candidates.exists():
             write_candidates(paths[DB], candidates, paths[MIMIC_III])
@@ -251,7 +270,8 @@ class AgentEhrBenchmark(Benchmark):
                 if mode == "build":
                     return await hosts.memory.items(evolving.stream(task.task, trial))
                 return evolving.read_memory_file(str(o["memory_file"])).get(task.task, [])
-            recall = evolving.Recall(tools, entries, encode, int(o.get("memory_top_k", 1)),
+            embed = hosts.index.encode if hosts.index is not None else encode     # the index actor's model
+            recall = evolving.Recall(tools, entries, embed, int(o.get("memory_top_k", 1)),
                                      float(o.get("memory_threshold", 0.5)))
         if settings.agent == "reference":
             agent = ReferenceAgent({**task.item(), "label": [{"name": n} for n in task.labels]},
@@ -296,11 +316,9 @@ class AgentEhrBenchmark(Benchmark):
             return parts
         previous = [e["f1"] for e in await recall.entries()]
         success = evolving.judge(score, previous)
-        p = prompts()
-        query = p["task_template"].format(specific=p["tasks"][task.task], current_time=task.prediction_time,
-                                          subject_id=task.subject_id)
+        query = instruction(task.task, task.subject_id, task.prediction_time)
         items = await evolving.extract(settings.model_for("extractor", meter), query, record, list(task.labels),
-                                       answer, int(self.options.get("memory_max_items", 10)),
+                                       parse_prediction(answer), int(self.options.get("memory_max_items", 10)),
                                        float(self.options.get("temperature", 0.0)), seed)
         learned.append({"stream": evolving.stream(task.task, trial), "key": task.key, "item": {
             "task": task.task, "key": task.key, "subject_id": task.subject_id, "prediction_time": task.prediction_time,

@@ -95,8 +95,8 @@ MIMIC_IV = Rules(
     })
 
 # The EHRSQL MIMIC-III rendering (the schema-shift subset): upper-case names, no store times, dated prescriptions.
-# Its DIAGNOSES_ICD.CHARTTIME is EHRSQL's (the admission time): the codes are still known at discharge, and so are
-# the charges of a diagnosis (COST rows of event_type diagnoses_icd).
+# Its DIAGNOSES_ICD.CHARTTIME is EHRSQL's (the admission time): the codes are still known at discharge. A COST row is
+# known when its event is (a diagnosis's at discharge, a procedure's at the end of its day).
 EHRSQL_MIMIC_III = Rules(
     known={
         "admissions": "admittime",
@@ -109,12 +109,13 @@ EHRSQL_MIMIC_III = Rules(
         "prescriptions": "startdate",
         "microbiologyevents": "datetime(charttime, '+1 day')",            # a culture's result, a day after the draw
         "procedures_icd": "datetime(date(charttime), '+1 day')",    # as MIMIC-IV's dated procedures: at the day's end
-        "cost": "CASE WHEN event_type = 'diagnoses_icd' THEN COALESCE((SELECT a.dischtime FROM raw.admissions a "
-                "WHERE a.hadm_id = t.hadm_id), '9999') ELSE chargetime END",
+        "cost": "CASE event_type WHEN 'diagnoses_icd' THEN COALESCE((SELECT a.dischtime FROM raw.admissions a "
+                "WHERE a.hadm_id = t.hadm_id), '9999') WHEN 'procedures_icd' THEN datetime(date(chargetime), "
+                "'+1 day') ELSE chargetime END",      # a charge is known when its event is
     },
     at_discharge=("diagnoses_icd",),
     always=("patients",),
-    dates=frozenset(),
+    dates=frozenset({"dod"}),
     implied={
         "admissions": ("dischtime", ("discharge_location",)),
         "icustays": ("outtime", ("last_careunit", "last_wardid")),

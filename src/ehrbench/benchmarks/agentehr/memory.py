@@ -12,15 +12,15 @@ Recall: the key is an embedding of the patient's latest records per table at t (
 table, as the original's `retrieve_info="latest"`); the entry with the highest cosine >= 0.5 (top 1) is retrieved
 and its items are appended to the first user message under "## Relevant Past Experience".
 
-Two deliberate differences, both written here: the key embeds each table's latest records apart with the project's
+Deliberate differences, all written here: the key embeds each table's latest records apart with the project's
 all-MiniLM-L6-v2 (256-token window) and averages them, where the original embeds one string of them all with bge-m3
-(8,192 tokens); and the original's second extraction (summary-side items, from a final summary) is not made,
-because the public code never shows those items to any model (`prompt_gen.experience` is never read).
+(8,192 tokens); the original's second extraction (summary-side items, from a final summary) is not made, because
+the public code never shows those items to any model (`prompt_gen.experience` is never read); and a train trial
+that ends without an answer (the time limit, a harness fault) leaves no entry, where the original records its 0.
 """
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -98,11 +98,10 @@ def section(retrieved: list[tuple[float, dict]]) -> str:
 
 
 def retrieve(key: np.ndarray, entries: list[dict], top_k: int = 1, threshold: float = 0.5) -> list[tuple[float, dict]]:
-    """Entries with items whose key has cosine >= threshold with `key`, best first, at most top_k."""
+    """Entries whose key has cosine >= threshold with `key`, best first, at most top_k; an entry without items is
+    retrievable too (the original's filter on items is commented out), and then adds no strategy."""
     scored = []
     for entry in entries:
-        if not entry["items"]:
-            continue
         vector = np.asarray(entry["vector"], dtype=np.float32)
         norm = float(np.linalg.norm(vector) * np.linalg.norm(key))
         similarity = float(vector @ key) / norm if norm else 0.0
@@ -137,27 +136,32 @@ class Recall:
         return section(self.retrieved) if self.retrieved else ""
 
 
-def trajectory(record: TrialRecord) -> str:
+def trajectory(record: TrialRecord, answer: list[str]) -> str:
     """The original's full trajectory: "Action: {name: ..., params: ...}\\nObservation: ..." per step after the
-    load, oldest steps dropped past 32,000 tokens (the last one always kept)."""
+    load, the finish step last (its observation is the answer), oldest steps dropped past 32,000 tokens (the last
+    one always kept)."""
     steps, calls = [], {}
     for m in record.messages:
         if m.get("tool_call"):
             calls[m["tool_call"]["id"]] = m["tool_call"]
         elif m["role"] == "tool" and (call := calls.get(m.get("tool_call_id"))) and call["name"] != "load_ehr":
             steps.append(f"Action: {{name: {call['name']}, params: {call['arguments']}}}\nObservation: {m['content']}")
+    steps.append(f"Action: {{name: finish, params: {{'response': {answer}}}}}\nObservation: {answer}")
     while len(steps) > 1 and sum(map(len, steps)) > MAX_TRAJECTORY_CHARS:
         del steps[0]
     return "\n".join(steps)
 
 
-async def extract(model, query: str, record: TrialRecord, labels: list[str], prediction: str,
+async def extract(model, query: str, record: TrialRecord, labels: list[str], answer: list[str],
                   max_items: int = 10, temperature: float = 0.0, seed: int | None = None) -> list[dict]:
-    """Experience items from one trajectory (the reasoning audit), asked once more when the reply has none."""
+    """Experience items from one trajectory (the reasoning audit), asked once more when the reply has none. The
+    prediction and the ground truth are written as the original's prompt shows them (Python lists; the labels as
+    {name} items: ehrbench's samples keep no codes)."""
     from .agent import prompts
 
-    prompt = prompts()["reasoning_extract"].format(max_items=max_items, query=query, raw_trajectory=trajectory(record),
-                                                   prediction_result=prediction, ground_truth=json.dumps(labels))
+    prompt = prompts()["reasoning_extract"].format(
+        max_items=max_items, query=query, raw_trajectory=trajectory(record, answer), prediction_result=str(answer),
+        ground_truth=str([{"name": n} for n in labels]))
     for _ in range(2):
         response = await model.complete(ChatRequest([Message("user", prompt)], temperature=temperature, seed=seed))
         if items := parse_items(response.text or ""):

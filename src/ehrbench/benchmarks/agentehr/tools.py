@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas
 
 from ...db.limits import QueryError
+from ...trial import InfrastructureError
 from .censoring import MAX_ROWS
 
 SQL_TIMEOUT_S = 10.0           # a model-written query's time limit (run_sql_query)
@@ -45,8 +46,8 @@ def _time(text: str) -> str:
 
 
 def timestamp_column(columns: list[str]) -> str | None:
-    """The original's rule: the first column whose name contains 'time' or 'date'."""
-    return next((c for c in columns if "time" in c or "date" in c), None)
+    """The original's rule: the first column whose name contains 'time' or 'date' (in any case)."""
+    return next((c for c in columns if "time" in c.lower() or "date" in c.lower()), None)
 
 
 @functools.lru_cache(maxsize=8)
@@ -96,6 +97,8 @@ class AgentEhrTools:
     async def _query(self, sql: str, timeout_s: float = SQL_TIMEOUT_S, max_rows: int | None = None):
         """Columns and rows from the episode's censored view; `QueryError` with the view's message."""
         answer = await self.views.query(self.episode, sql, (), timeout_s, max_rows)
+        if answer[0] == "lost":              # the shard restarted (or evicted it): the harness's loss, re-run
+            raise InfrastructureError("the episode's censored view was lost by its patient shard", source="tool")
         if answer[0] == "error":
             raise QueryError(answer[1])
         return answer[1], answer[2]

@@ -3,7 +3,8 @@
 A run hosts the per-patient files in `benchmark.patient_shards` ServiceShard actors; a trial reaches the shard
 that holds its patient (`db.sharding.shard_of`), which opens the episode's own `CensoredPatient` at load_ehr and
 answers its queries until the trial ends (`close`, however it ended). Answers are plain data: ("ok", columns,
-rows) or ("error", the message for the model), so nothing but values crosses the wire. A shard keeps at most
+rows), ("error", the message for the model) or ("lost",) (the episode's view is gone: the trial is re-run), so
+nothing but values crosses the wire. A shard keeps at most
 `MAX_OPEN` episodes; the least recently used beyond that (a trial that never closed) is closed.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from ...db.limits import QueryError
+from ...trial import InfrastructureError
 from .censoring import RULES, CensoredPatient
 
 MAX_OPEN = 4096
@@ -49,8 +51,8 @@ class PatientViews:
             view = self.views.get(episode)
             if view is not None:
                 self.views.move_to_end(episode)
-        if view is None:
-            return ("error", "No EHR data loaded. Call load_ehr first.")
+        if view is None:                     # opened, then lost (a restart, an eviction): not the model's doing
+            return ("lost",)
         try:
             columns, rows = view.query(sql, tuple(params), timeout_s, max_rows)
         except (sqlite3.Error, sqlite3.Warning, ValueError, QueryError) as e:
@@ -68,7 +70,8 @@ class PatientViews:
 
 
 class InProcess:
-    """A `PatientViews` used in this process as a hosted shard is (`await views.method(...)`), each call on a thread."""
+    """A `PatientViews` used in this process as a hosted shard is (`await views.method(...)`, each call on a thread;
+    a method that raised is an infrastructure error, as `runtime.hosts.ServiceHost` makes it)."""
 
     def __init__(self, views: PatientViews):
         self._views = views
@@ -77,5 +80,9 @@ class InProcess:
         method = getattr(self._views, name)
 
         async def call(*args):
-            return await asyncio.to_thread(method, *args)
+            try:
+                return await asyncio.to_thread(method, *args)
+            except Exception as e:  # noqa: BLE001 - a fault of the harness's, never the model's
+                raise InfrastructureError(f"patient views {name}() failed: {type(e).__name__}: {e}"[:500],
+                                          source="tool") from None
         return call
