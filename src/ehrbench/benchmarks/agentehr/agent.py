@@ -8,8 +8,8 @@ with no tool call (even an empty one) becomes a `think` call with its text, as t
 action. At most `max_turns` (100) steps; the same observation repeated five times running also stops ReAct (the
 original's max_same_steps); then, as the original's forced termination, the termination instruction is sent with
 `finish` as the only tool. The context is a sliding window: past the paper's 64,000-token cap (less the reply's
-budget and the tools' schemas; 3 characters a token) the oldest steps are dropped. With the evolving memory (`memory.Recall`), the retrieved experience is
-appended to the first user message from the first model call on.
+budget and the tools' schemas; 3 characters a token) the oldest steps are dropped. With the evolving memory
+(`memory.Recall`), the retrieved experience is appended to the first user message from the first model call on.
 
 `ReferenceAgent` reaches every label through the tools: load_ehr, then get_candidates_by_keyword for each label's
 name in the task's candidate table, then finish with the names: it must score F1 = 1.
