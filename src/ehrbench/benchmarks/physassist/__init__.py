@@ -1,0 +1,1 @@
+"""PhysAssistBench (issue 15, in progress): four-turn physician sessions over FHIR-shaped tools."""
