@@ -80,3 +80,66 @@ def test_vitals_come_from_the_icu_or_else_from_the_clinic(folder):
     fallback = vital_observations(clinic)
     assert fallback and all(v["id"].startswith(f"omr-{clinic.subject_id}-") and "valueString" in v for v in fallback)
     assert all(v["category"][0]["coding"][0]["code"] == "vital-signs" for v in vitals + fallback)
+
+
+def test_medication_orders_and_administrations_as_the_original_reads_them(folder):
+    from ehrbench.benchmarks.physassist.adapter import medication_administrations, medication_requests
+
+    record = _record(folder, "SELECT 1 FROM emar GROUP BY subject_id HAVING COUNT(*) > 120")
+    orders = medication_requests(record)
+    starts = [o["dosageInstruction"][0]["timing"]["repeat"]["boundsPeriod"]["start"] for o in orders]
+    assert orders and starts == sorted(starts, reverse=True)
+    done = [o for o in orders if o["status"] == "completed"]
+    assert done and all("end" in o["dosageInstruction"][0]["timing"]["repeat"]["boundsPeriod"] for o in done)
+    assert medication_requests(record, status="completed") == done
+    first = orders[0]
+    raw = record.rows("SELECT dose_val_rx, dose_unit_rx, route FROM prescriptions WHERE rowid - 1 = ?",
+                      (int(first["id"].rsplit("-", 1)[1]),))[0]
+    assert first["dosageInstruction"][0]["text"] == f"{raw['dose_val_rx']}{raw['dose_unit_rx']} {raw['route']}"
+    drug = first["medicationCodeableConcept"]["text"]
+    assert all(drug.lower()[:4] in o["medicationCodeableConcept"]["text"].lower()
+               for o in medication_requests(record, medication=drug[:4].upper()))       # case-insensitive
+    assert all("(" in o["medicationCodeableConcept"]["text"]                              # not a regex: a substring
+               for o in medication_requests(record, medication="("))
+    given = medication_administrations(record)
+    assert len(given) == 100 and given[0]["status"] == "completed"                       # cut only when unnarrowed
+    assert len(medication_administrations(record, hadm_id=int(given[0]["context"]["reference"].split("-")[-1]))) \
+        == len(record.rows("SELECT 1 FROM emar WHERE hadm_id = ?",
+                           (int(given[0]["context"]["reference"].split("-")[-1]),)))
+
+
+def test_reports_documents_care_plans_and_allergies_from_the_notes(folder):
+    from ehrbench.benchmarks.physassist.adapter import (allergies, care_plans, diagnostic_reports, document_references,
+                                                        procedures)
+
+    record = _record(folder, "SELECT 1 FROM radiology WHERE EXISTS (SELECT 1 FROM microbiologyevents) "
+                             "AND EXISTS (SELECT 1 FROM procedures_icd)")
+    reports = diagnostic_reports(record)
+    radiology = [r for r in reports if r["category"][0]["coding"][0]["display"] == "Radiology"]
+    micro = [r for r in reports if r["category"][0]["coding"][0]["display"] == "Microbiology"]
+    assert 1 <= len(radiology) <= 5 and micro and len(reports) <= 10
+    assert radiology[0]["code"]["text"].startswith("EXAMINATION:")       # the first line that is not INDICATION
+    assert all(len(r["presentedForm"][0]["data"]) <= 3000 for r in radiology)
+    assert micro[0]["presentedForm"][0]["data"].startswith("Specimen: ")
+    chest = diagnostic_reports(record, report_type="CXR")                      # an alias: CHEST, PORTABLE, ...
+    assert chest and all(r["category"][0]["coding"][0]["display"] == "Radiology" for r in chest)
+    assert all(r["category"][0]["coding"][0]["display"] == "Microbiology"
+               for r in diagnostic_reports(record, report_type="blood"))      # a specimen word: microbiology too
+    docs = document_references(record, type_code="radiology")
+    assert docs and all(d["type"]["coding"][0]["code"] == "radiology" and len(d["content"][0]["attachment"]["data"])
+                        <= 4000 for d in docs)
+    assert [d["date"] for d in docs] == sorted((d["date"] for d in docs), reverse=True)
+    found = document_references(record, keyword="CHEST")
+    assert found and all("chest" in d["content"][0]["attachment"]["data"].lower() for d in found)
+    done = procedures(record)
+    assert done and done[0]["code"]["text"] == done[0]["code"]["coding"][0]["code"]
+    plans = care_plans(record)
+    assert all(p["category"][0]["coding"][0]["code"] in ("discharge-planning", "followup", "treatment") for p in plans)
+    assert all(len(p["note"][0]["text"]) <= 1000 for p in plans)
+    note = record.rows("SELECT text FROM discharge")[0]["text"]
+    listed = note.split("Allergies:")[1].strip().split("\n")[0].strip()       # the section's first line
+    [allergy] = allergies(record)
+    if listed.lower() in ("nka", "nkda", "none", "no known allergies"):
+        assert allergy["code"]["coding"][0]["code"] == "716186003"
+    else:                                                                   # free text, as the note has it
+        assert allergy["code"]["text"] == allergy["note"][0]["text"] == listed

@@ -7,10 +7,11 @@ written against them: a lab `code` is a substring of the lab's label and, when n
 `_count` always cuts the newest-first list; dates compare as strings (a bare `date_to` day excludes that day's
 timed events); ICU vitals fall back to the clinic's omr results only when the patient has no chartevents; fields
 outside FHIR keep the original's underscore names (`_seq_num`, `_stay_id`, `_mimic`, `_anchor_age`).
-Not yet ported: medications, reports, documents, care plans (issue 15).
+Not yet: the tools over these (search arguments, compaction, date_to), the write tools (issue 15).
 """
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -206,3 +207,274 @@ def vital_observations(record: PatientRecord, stay_id: int | None = None, vital_
             obs["valueString"] = str(row["result_value"])
         out.append(obs)
     return out
+
+
+def _contains(pattern: str, text) -> bool:
+    """pandas' `str.contains(pattern, case=False)`, as the original filters names: a regular expression (a literal
+    substring when the pattern is not one)."""
+    try:
+        return re.search(pattern, str(text or ""), re.IGNORECASE) is not None
+    except re.error:
+        return pattern.lower() in str(text or "").lower()
+
+
+def _number(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def medication_requests(record: PatientRecord, hadm_id: int | None = None, medication: str | None = None,
+                        status: str | None = None) -> list[dict]:
+    """Prescriptions, newest start first; status from the times (a stop: completed; a start only: active)."""
+    rows = record.rows("SELECT rowid - 1 AS i, * FROM prescriptions" + (" WHERE hadm_id = ?" if hadm_id else ""),
+                       (hadm_id,) if hadm_id else ())
+    if medication:
+        rows = [r for r in rows if _contains(medication, r["drug"])]
+    rows.sort(key=lambda r: str(r["starttime"] or ""), reverse=True)
+    out = []
+    for row in rows:
+        start, stop = row["starttime"], row["stoptime"]
+        state = "completed" if start and stop else "active" if start else "unknown"
+        if status and state != status:
+            continue
+        drug = row["drug"] or "unknown"
+        resource: dict = {"resourceType": "MedicationRequest", "id": f"rx-{record.subject_id}-{row['i']}",
+                          "status": state, "intent": "order",
+                          "medicationCodeableConcept": {"coding": [{"system": "mimic-iv/drug", "display": drug}],
+                                                        "text": drug},
+                          "subject": {"reference": f"Patient/{record.subject_id}"}}
+        if row["hadm_id"] is not None:
+            resource["encounter"] = {"reference": f"Encounter/encounter-{row['hadm_id']}"}
+        dosage: dict = {}
+        text = []
+        if _present(row["dose_val_rx"]) and _present(row["dose_unit_rx"]):
+            text.append(f"{row['dose_val_rx']}{row['dose_unit_rx']}")
+            dosage["doseAndRate"] = [{"doseQuantity": {"value": _number(row["dose_val_rx"]),
+                                                       "unit": row["dose_unit_rx"]}}]
+        if _present(row["route"]):
+            text.append(row["route"])
+            dosage["route"] = {"text": row["route"]}
+        if start:
+            dosage["timing"] = {"repeat": {"boundsPeriod": {"start": str(start), **({"end": str(stop)} if stop
+                                                                                      else {})}}}
+        elif stop:
+            dosage["timing"] = {"repeat": {}}
+        if text:
+            dosage["text"] = " ".join(text)
+        if dosage:
+            resource["dosageInstruction"] = [dosage]
+        if _present(row["drug_type"]):
+            resource["_drug_type"] = row["drug_type"]
+        out.append(resource)
+    return out
+
+
+def medication_administrations(record: PatientRecord, hadm_id: int | None = None, medication: str | None = None,
+                               _count: int = 100) -> list[dict]:
+    """eMAR events, newest first; cut to `_count` only when neither a drug nor an admission narrows them."""
+    rows = record.rows("SELECT rowid - 1 AS i, * FROM emar" + (" WHERE hadm_id = ?" if hadm_id else ""),
+                       (hadm_id,) if hadm_id else ())
+    if medication:
+        rows = [r for r in rows if _contains(medication, r["medication"])]
+    rows.sort(key=lambda r: str(r["charttime"] or ""), reverse=True)
+    if not medication and not hadm_id:
+        rows = rows[:_count]
+    out = []
+    for row in rows:
+        resource: dict = {"resourceType": "MedicationAdministration", "id": f"emar-{record.subject_id}-{row['i']}",
+                          "status": "completed", "medicationCodeableConcept": {"text": row["medication"] or "unknown"},
+                          "subject": {"reference": f"Patient/{record.subject_id}"}}
+        if row["hadm_id"] is not None:
+            resource["context"] = {"reference": f"Encounter/encounter-{row['hadm_id']}"}
+        if _present(row["charttime"]):
+            resource["effectiveDateTime"] = str(row["charttime"])
+        if _present(row["event_txt"]):
+            resource["_event_txt"] = row["event_txt"]
+        out.append(resource)
+    return out
+
+
+def procedures(record: PatientRecord, hadm_id: int | None = None) -> list[dict]:
+    """ICD procedures in file order (the original keeps the code as its text)."""
+    rows = record.rows("SELECT rowid - 1 AS i, * FROM procedures_icd" + (" WHERE hadm_id = ?" if hadm_id else ""),
+                       (hadm_id,) if hadm_id else ())
+    out = []
+    for row in rows:
+        icd = str(row["icd_code"] or "").strip()
+        system = "http://hl7.org/fhir/sid/icd-10-pcs" if str(row["icd_version"]) == "10" else \
+            "http://hl7.org/fhir/sid/icd-9-cm/procedure"
+        resource: dict = {"resourceType": "Procedure", "id": f"proc-{record.subject_id}-{row['i']}",
+                          "status": "completed", "code": {"coding": [{"system": system, "code": icd}], "text": icd},
+                          "subject": {"reference": f"Patient/{record.subject_id}"}}
+        if row["hadm_id"] is not None:
+            resource["encounter"] = {"reference": f"Encounter/encounter-{row['hadm_id']}"}
+        if row["seq_num"] is not None:
+            resource["_seq_num"] = int(row["seq_num"])
+        out.append(resource)
+    return out
+
+
+# report_type synonyms, so that "X-RAY" finds "CHEST (PORTABLE AP)" (the original's _REPORT_ALIASES)
+REPORT_ALIASES = {"X-RAY": ["CHEST", "PORTABLE", "AP", "PA", "RADIOGRAPH"], "CXR": ["CHEST", "PORTABLE", "AP", "PA"],
+                  "CHEST": ["CHEST"], "CT": ["CT"], "MRI": ["MRI", "MR "],
+                  "XRAY": ["CHEST", "PORTABLE", "AP", "RADIOGRAPH"], "ULTRASOUND": ["US ", "ULTRASOUND", "SONO"],
+                  "ECHO": ["ECHO"], "CULTURE": []}
+MICRO_WORDS = ("micro", "culture", "blood", "urine", "sputum", "csf", "wound")
+
+
+def diagnostic_reports(record: PatientRecord, hadm_id: int | None = None, report_type: str | None = None,
+                       _count: int = 5) -> list[dict]:
+    """Radiology reports (the newest `_count`, text cut to 3,000 characters), then microbiology results, one per
+    specimen and time, while fewer than 2 x `_count` reports are listed; microbiology only when no report_type is
+    given or it names a specimen or culture."""
+    out: list[dict] = []
+    notes = record.rows("SELECT * FROM radiology" + (" WHERE hadm_id = ?" if hadm_id else ""),
+                        (hadm_id,) if hadm_id else ())
+    if report_type:
+        kw = report_type.upper().strip()
+        terms = [kw] + REPORT_ALIASES.get(kw, [])
+        notes = [n for n in notes if any(t in str(n["note_type"] or "").upper() or t in str(n["text"] or "")[:200]
+                                         .upper() for t in terms)]
+    notes.sort(key=lambda n: str(n["charttime"] or ""), reverse=True)
+    for note in notes[:_count]:
+        text = str(note["text"] or "")[:3000]
+        note_type = note["note_type"] or "Radiology"
+        first = next((ln.strip() for ln in text.split("\n") if ln.strip() and not ln.strip().startswith("INDICATION")),
+                     note_type)
+        resource: dict = {"resourceType": "DiagnosticReport", "id": f"dr-{note['note_id'] or record.subject_id}",
+                          "status": "final",
+                          "category": [{"coding": [{"system": "http://loinc.org", "code": "LP29684-5",
+                                                    "display": "Radiology"}]}],
+                          "code": {"text": (first[:120] if first else note_type)},
+                          "subject": {"reference": f"Patient/{record.subject_id}"},
+                          "presentedForm": [{"contentType": "text/plain", "data": text}]}
+        if note["hadm_id"] is not None:
+            resource["encounter"] = {"reference": f"Encounter/encounter-{note['hadm_id']}"}
+        if _present(note["charttime"]):
+            resource["effectiveDateTime"] = str(note["charttime"])
+        out.append(resource)
+    if report_type is not None and not any(w in report_type.lower() for w in MICRO_WORDS):
+        return out
+    micro = record.rows("SELECT * FROM microbiologyevents" + (" WHERE hadm_id = ?" if hadm_id else ""),
+                        (hadm_id,) if hadm_id else ())
+    if report_type:
+        kw = report_type.upper()
+        micro = [m for m in micro if kw in str(m["spec_type_desc"] or "").upper() or
+                 kw in str(m["org_name"] or "").upper()]
+    micro.sort(key=lambda m: str(m["charttime"] or ""), reverse=True)
+    seen: set = set()
+    for m in micro:
+        specimen = m["spec_type_desc"] or "Specimen"
+        key = (specimen, m["charttime"])
+        if key in seen:
+            continue
+        seen.add(key)
+        if len(out) >= _count * 2:
+            break
+        detail = f"Specimen: {specimen} | Organism: {m['org_name'] or 'No growth / pending'}"
+        if _present(m["ab_name"]):
+            detail += f" | Antibiotic: {m['ab_name']} ({m['interpretation'] or '?'})"
+        resource = {"resourceType": "DiagnosticReport", "id": f"micro-{record.subject_id}-{m['charttime'] or len(out)}",
+                    "status": "final",
+                    "category": [{"coding": [{"system": "http://loinc.org", "code": "LP7820-4",
+                                              "display": "Microbiology"}]}],
+                    "code": {"text": specimen}, "subject": {"reference": f"Patient/{record.subject_id}"},
+                    "presentedForm": [{"contentType": "text/plain", "data": detail}]}
+        if hadm_id:                                          # the original links only when the search named one
+            resource["encounter"] = {"reference": f"Encounter/encounter-{hadm_id}"}
+        if _present(m["charttime"]):
+            resource["effectiveDateTime"] = str(m["charttime"])
+        out.append(resource)
+    return out
+
+
+def document_references(record: PatientRecord, hadm_id: int | None = None, type_code: str | None = None,
+                        keyword: str | None = None, _count: int = 5) -> list[dict]:
+    """Discharge summaries, then radiology reports: each the newest `_count`, text cut to 4,000 characters."""
+    out = []
+    for table, code, display in (("discharge", "discharge-summary", "Discharge Summary"),
+                                 ("radiology", "radiology", "Radiology Report")):
+        if type_code and code not in type_code.lower() and type_code.lower() not in code:
+            continue
+        notes = record.rows(f"SELECT * FROM {table}" + (" WHERE hadm_id = ?" if hadm_id else ""),
+                            (hadm_id,) if hadm_id else ())
+        if keyword:
+            notes = [n for n in notes if _contains(keyword, n["text"])]
+        notes.sort(key=lambda n: str(n["charttime"] or ""), reverse=True)
+        for note in notes[:_count]:
+            resource: dict = {"resourceType": "DocumentReference", "status": "current",
+                              "id": f"docref-{note['note_id'] or record.subject_id}",
+                              "type": {"coding": [{"system": "http://loinc.org", "code": code, "display": display}],
+                                       "text": display},
+                              "subject": {"reference": f"Patient/{record.subject_id}"},
+                              "content": [{"attachment": {"contentType": "text/plain",
+                                                          "data": str(note["text"] or "")[:4000]}}]}
+            if note["hadm_id"] is not None:
+                resource["context"] = {"encounter": [{"reference": f"Encounter/encounter-{note['hadm_id']}"}]}
+            if _present(note["charttime"]):
+                resource["date"] = str(note["charttime"])
+            out.append(resource)
+    return out
+
+
+# sections of a discharge note read as care plans: (category, display, the section's body)
+CARE_PLAN_SECTIONS = (
+    ("discharge-planning", "Discharge Instructions",
+     re.compile(r"(?i)discharge\s+instructions?\s*[:\-]?\s*(.*?)(?=\n[A-Z][A-Z]|\Z)", re.DOTALL)),
+    ("discharge-planning", "Discharge Condition",
+     re.compile(r"(?i)discharge\s+condition\s*[:\-]?\s*(.*?)(?=\n[A-Z][A-Z]|\Z)", re.DOTALL)),
+    ("followup", "Followup Instructions",
+     re.compile(r"(?i)follow[\-\s]?up\s+instructions?\s*[:\-]?\s*(.*?)(?=\n[A-Z][A-Z]|\Z)", re.DOTALL)),
+    ("treatment", "Treatment Plan", re.compile(r"(?i)\bplan\s*[:\-]\s*(.*?)(?=\n[A-Z][A-Z]|\Z)", re.DOTALL)),
+)
+
+
+def care_plans(record: PatientRecord, hadm_id: int | None = None, category: str | None = None) -> list[dict]:
+    """Sections of the first three discharge notes (in file order), each body cut to 1,000 characters."""
+    notes = record.rows("SELECT * FROM discharge" + (" WHERE hadm_id = ?" if hadm_id else ""),
+                        (hadm_id,) if hadm_id else ())
+    out = []
+    for note in notes[:3]:
+        for code, display, pattern in CARE_PLAN_SECTIONS:
+            if category and code != category:
+                continue
+            found = pattern.search(str(note["text"] or ""))
+            body = found.group(1).strip()[:1000] if found else ""
+            if not body:
+                continue
+            resource: dict = {"resourceType": "CarePlan", "status": "completed", "intent": "plan",
+                              "id": f"careplan-{note['note_id'] or record.subject_id}-{code}",
+                              "category": [{"coding": [{"system": "http://hl7.org/fhir/us/core/CodeSystem/"
+                                                                  "careplan-category", "code": code,
+                                                        "display": display}], "text": display}],
+                              "subject": {"reference": f"Patient/{record.subject_id}"}, "note": [{"text": body}]}
+            if note["hadm_id"] is not None:
+                resource["encounter"] = {"reference": f"Encounter/encounter-{note['hadm_id']}"}
+            if _present(note["charttime"]):
+                resource["period"] = {"end": str(note["charttime"])}
+            out.append(resource)
+    return out
+
+
+def allergies(record: PatientRecord, hadm_id: int | None = None) -> list[dict]:
+    """The first discharge note's Allergies section: "no known allergy" (SNOMED 716186003), or its text."""
+    notes = record.rows("SELECT text FROM discharge" + (" WHERE hadm_id = ?" if hadm_id else ""),
+                        (hadm_id,) if hadm_id else ())
+    if not notes:
+        return []
+    found = re.search(r"(?i)allerg(?:ies|y)[:\s]*(.*?)(?=\n[A-Z]|\Z)", str(notes[0]["text"] or ""), re.DOTALL)
+    if not found:
+        return []
+    text = found.group(1).strip()[:500]
+    patient_ref = {"reference": f"Patient/{record.subject_id}"}
+    if not text or text.lower() in ("nka", "nkda", "none", "no known allergies"):
+        return [{"resourceType": "AllergyIntolerance", "id": f"allergy-{record.subject_id}-nka",
+                 "clinicalStatus": {"coding": [{"code": "active"}]},
+                 "verificationStatus": {"coding": [{"code": "confirmed"}]},
+                 "code": {"coding": [{"system": "http://snomed.info/sct", "code": "716186003",
+                                      "display": "No known allergy"}]}, "patient": patient_ref}]
+    return [{"resourceType": "AllergyIntolerance", "id": f"allergy-{record.subject_id}-1",
+             "clinicalStatus": {"coding": [{"code": "active"}]}, "code": {"text": text}, "patient": patient_ref,
+             "note": [{"text": text}]}]
