@@ -1,6 +1,7 @@
 """PhysAssistBench's FHIR read layer over the per-patient files: the original adapter's shapes, filters and orders,
 its quirks included (a lab code that matches no label filters nothing; string-compared dates; omr as the vitals
 fallback)."""
+import json
 import sqlite3
 
 import pytest
@@ -143,3 +144,29 @@ def test_reports_documents_care_plans_and_allergies_from_the_notes(folder):
         assert allergy["code"]["coding"][0]["code"] == "716186003"
     else:                                                                   # free text, as the note has it
         assert allergy["code"]["text"] == allergy["note"][0]["text"] == listed
+
+
+def test_results_are_compacted_for_the_model_as_the_original_does(folder):
+    from ehrbench.benchmarks.physassist.compact import compact
+
+    record = _record(folder, "SELECT 1 FROM labevents WHERE flag = 'abnormal' GROUP BY subject_id "
+                             "HAVING COUNT(*) > 30")
+    labs = lab_observations(record, _count=40)
+    text = compact(bundle(labs, "Observation"))
+    lines = text.splitlines()
+    assert lines[0] == "(40 results)" and len(lines) == 1 + 15 + 1 and lines[-1] == "  ... (25 more)"
+    first = labs[0]
+    interp = " (Abnormal)" if "interpretation" in first else ""
+    assert lines[1] == (f"  - {first['code']['text']}: {first['valueQuantity']['value']} "
+                        f"{first['valueQuantity']['unit']}{interp} @ {first['effectiveDateTime'][:10]}")
+    assert compact(bundle([], "Observation")) == "(0 results)"
+    assert compact({"patient_response": "x" * 2000, "patient_responses_all_literacy": {}}) == "x" * 1500
+    assert compact({"resourceType": "Flag", "id": "FL-sim-1", "status": "active", "code": {}}) == \
+        "Flag created: id=FL-sim-1 status=active"
+    outcome = {"resourceType": "OperationOutcome", "issue": [{"severity": "error", "diagnostics": "none"}]}
+    assert compact(outcome) == json.dumps(outcome)
+    huge = compact({"resourceType": "Patient", "text": "é" * 5000})
+    assert len(huge.splitlines()[0]) == 4000 and huge.endswith(f"[truncated: {5000 + 39} chars total]")
+    [encounter] = encounters(record)[:1]
+    assert compact(bundle([encounter], "Encounter")).splitlines()[1] == \
+        f"  - IMP  {encounter['period']['start'][:10]}\u2013{encounter['period'].get('end', '')[:10]} "
