@@ -83,10 +83,25 @@ class TrialStore:
         return k, keys
 
     def append(self, record: TrialRecord) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(asdict(record), default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """One line, in one write (a buffered writer may split a long record, and a driver killed between the parts
+        leaves half a line); a line a killed process did leave half-written is ended first, so this record is whole."""
+        line = (json.dumps(asdict(record), default=str) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and self._last_byte() != b"\n":
+                line = b"\n" + line
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _last_byte(self) -> bytes:
+        with self.path.open("rb") as f:
+            f.seek(-1, os.SEEK_END)
+            return f.read(1)
 
     @property
     def run_id(self) -> str | None:
