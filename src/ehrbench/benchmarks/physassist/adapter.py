@@ -32,6 +32,12 @@ class PatientRecord:
     def rows(self, sql: str, params: tuple = ()) -> list[dict]:
         return [dict(r) for r in self._conn.execute(sql, params)]
 
+    def table(self, name: str, hadm_id: int | None = None) -> list[dict]:
+        """A table's rows in file order (`i`: the row's place, the original's DataFrame index), one admission's
+        when `hadm_id` is given."""
+        return self.rows(f'SELECT rowid - 1 AS i, * FROM "{name}"' + (" WHERE hadm_id = ?" if hadm_id else ""),
+                         (hadm_id,) if hadm_id else ())
+
     def close(self) -> None:
         self._conn.close()
 
@@ -62,8 +68,7 @@ def patient(record: PatientRecord) -> dict | None:
 
 
 def encounters(record: PatientRecord, hadm_id: int | None = None) -> list[dict]:
-    rows = record.rows("SELECT * FROM admissions" + (" WHERE hadm_id = ?" if hadm_id else ""),
-                       (hadm_id,) if hadm_id else ())
+    rows = record.table("admissions", hadm_id)
     out = []
     for row in rows:
         hadm = str(row["hadm_id"])
@@ -119,8 +124,7 @@ def lab_observations(record: PatientRecord, hadm_id: int | None = None, item_nam
                      _count: int = 20, date_from: str | None = None, date_to: str | None = None) -> list[dict]:
     """Lab results, newest first, at most `_count`: `item_name` a label substring (ignored when nothing matches)."""
     labels = {r["itemid"]: r["label"] for r in record.rows("SELECT itemid, label FROM ref.d_labitems")}
-    rows = record.rows("SELECT * FROM labevents" + (" WHERE hadm_id = ?" if hadm_id else ""),
-                       (hadm_id,) if hadm_id else ())
+    rows = record.table("labevents", hadm_id)
     if item_name:
         matched = {i for i, label in labels.items() if isinstance(label, str) and item_name.lower() in label.lower()}
         if matched:
@@ -228,8 +232,7 @@ def _number(value) -> float | None:
 def medication_requests(record: PatientRecord, hadm_id: int | None = None, medication: str | None = None,
                         status: str | None = None) -> list[dict]:
     """Prescriptions, newest start first; status from the times (a stop: completed; a start only: active)."""
-    rows = record.rows("SELECT rowid - 1 AS i, * FROM prescriptions" + (" WHERE hadm_id = ?" if hadm_id else ""),
-                       (hadm_id,) if hadm_id else ())
+    rows = record.table("prescriptions", hadm_id)
     if medication:
         rows = [r for r in rows if _contains(medication, r["drug"])]
     rows.sort(key=lambda r: str(r["starttime"] or ""), reverse=True)
@@ -274,8 +277,7 @@ def medication_requests(record: PatientRecord, hadm_id: int | None = None, medic
 def medication_administrations(record: PatientRecord, hadm_id: int | None = None, medication: str | None = None,
                                _count: int = 100) -> list[dict]:
     """eMAR events, newest first; cut to `_count` only when neither a drug nor an admission narrows them."""
-    rows = record.rows("SELECT rowid - 1 AS i, * FROM emar" + (" WHERE hadm_id = ?" if hadm_id else ""),
-                       (hadm_id,) if hadm_id else ())
+    rows = record.table("emar", hadm_id)
     if medication:
         rows = [r for r in rows if _contains(medication, r["medication"])]
     rows.sort(key=lambda r: str(r["charttime"] or ""), reverse=True)
@@ -298,8 +300,7 @@ def medication_administrations(record: PatientRecord, hadm_id: int | None = None
 
 def procedures(record: PatientRecord, hadm_id: int | None = None) -> list[dict]:
     """ICD procedures in file order (the original keeps the code as its text)."""
-    rows = record.rows("SELECT rowid - 1 AS i, * FROM procedures_icd" + (" WHERE hadm_id = ?" if hadm_id else ""),
-                       (hadm_id,) if hadm_id else ())
+    rows = record.table("procedures_icd", hadm_id)
     out = []
     for row in rows:
         icd = str(row["icd_code"] or "").strip()
@@ -330,8 +331,7 @@ def diagnostic_reports(record: PatientRecord, hadm_id: int | None = None, report
     specimen and time, while fewer than 2 x `_count` reports are listed; microbiology only when no report_type is
     given or it names a specimen or culture."""
     out: list[dict] = []
-    notes = record.rows("SELECT * FROM radiology" + (" WHERE hadm_id = ?" if hadm_id else ""),
-                        (hadm_id,) if hadm_id else ())
+    notes = record.table("radiology", hadm_id)
     if report_type:
         kw = report_type.upper().strip()
         terms = [kw] + REPORT_ALIASES.get(kw, [])
@@ -357,8 +357,7 @@ def diagnostic_reports(record: PatientRecord, hadm_id: int | None = None, report
         out.append(resource)
     if report_type is not None and not any(w in report_type.lower() for w in MICRO_WORDS):
         return out
-    micro = record.rows("SELECT * FROM microbiologyevents" + (" WHERE hadm_id = ?" if hadm_id else ""),
-                        (hadm_id,) if hadm_id else ())
+    micro = record.table("microbiologyevents", hadm_id)
     if report_type:
         kw = report_type.upper()
         micro = [m for m in micro if kw in str(m["spec_type_desc"] or "").upper() or
@@ -398,8 +397,7 @@ def document_references(record: PatientRecord, hadm_id: int | None = None, type_
                                  ("radiology", "radiology", "Radiology Report")):
         if type_code and code not in type_code.lower() and type_code.lower() not in code:
             continue
-        notes = record.rows(f"SELECT * FROM {table}" + (" WHERE hadm_id = ?" if hadm_id else ""),
-                            (hadm_id,) if hadm_id else ())
+        notes = record.table(table, hadm_id)
         if keyword:
             notes = [n for n in notes if _contains(keyword, n["text"])]
         notes.sort(key=lambda n: str(n["charttime"] or ""), reverse=True)
@@ -433,8 +431,7 @@ CARE_PLAN_SECTIONS = (
 
 def care_plans(record: PatientRecord, hadm_id: int | None = None, category: str | None = None) -> list[dict]:
     """Sections of the first three discharge notes (in file order), each body cut to 1,000 characters."""
-    notes = record.rows("SELECT * FROM discharge" + (" WHERE hadm_id = ?" if hadm_id else ""),
-                        (hadm_id,) if hadm_id else ())
+    notes = record.table("discharge", hadm_id)
     out = []
     for note in notes[:3]:
         for code, display, pattern in CARE_PLAN_SECTIONS:
@@ -460,8 +457,7 @@ def care_plans(record: PatientRecord, hadm_id: int | None = None, category: str 
 
 def allergies(record: PatientRecord, hadm_id: int | None = None) -> list[dict]:
     """The first discharge note's Allergies section: "no known allergy" (SNOMED 716186003), or its text."""
-    notes = record.rows("SELECT text FROM discharge" + (" WHERE hadm_id = ?" if hadm_id else ""),
-                        (hadm_id,) if hadm_id else ())
+    notes = record.table("discharge", hadm_id)
     if not notes:
         return []
     found = re.search(r"(?i)allerg(?:ies|y)[:\s]*(.*?)(?=\n[A-Z]|\Z)", str(notes[0]["text"] or ""), re.DOTALL)
