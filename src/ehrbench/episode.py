@@ -34,6 +34,10 @@ class Conversation:
     async def reply(self, history) -> Turn:
         return await self.user.reply(history)
 
+    async def answer_tool(self, name: str, arguments: dict) -> str:
+        """A user the agent also reaches by tool (PhysAssistBench's patient, interviewed by `patient.*`)."""
+        return await self.user.answer_tool(name, arguments)
+
     async def close(self) -> UsageMeter:
         return self.meter
 
@@ -79,6 +83,8 @@ async def _attempts(task, trial: int, hosts: Hosts, settings: TrialSettings, use
         meter = UsageMeter()
         episode = bench.episode(task, trial, hosts, settings, meter, seed)
         user = await users.open(task, settings, seed + rerun, mistakes) if settings.user != "none" else None
+        if user is not None and (attach := getattr(episode.tools, "attach_user", None)) is not None:
+            attach(user)                 # tools that talk to the simulated user (an interviewed patient)
         try:
             record = await run_trial(task.key, trial, episode.agent, user, episode.tools, episode.score,
                                      settings.limits, opening=episode.opening, greeting=episode.greeting)

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "ehragent": "ehrbench.benchmarks.ehragent.benchmark:EhrAgentBenchmark",
     "clinsql": "ehrbench.benchmarks.clinsql.benchmark:ClinSqlBenchmark",
     "agentehr": "ehrbench.benchmarks.agentehr.benchmark:AgentEhrBenchmark",
+    "physassist": "ehrbench.benchmarks.physassist.benchmark:PhysAssistBenchmark",
 }
 
 

@@ -172,6 +172,9 @@ class UserSimulatorActor:
     async def reply(self, conversation_id: str, history) -> Turn:
         return await self.conversations[conversation_id].reply(history)
 
+    async def answer_tool(self, conversation_id: str, name: str, arguments: dict) -> str:
+        return await self.conversations[conversation_id].answer_tool(name, arguments)
+
     async def close(self, conversation_id: str) -> UsageMeter:
         conversation = self.conversations.pop(conversation_id, None)
         return conversation.meter if conversation else UsageMeter()
@@ -225,6 +228,13 @@ class RemoteConversation:
     async def reply(self, history) -> Turn:
         try:
             return await self.handle.reply.remote(self.id, history)
+        except (ray.exceptions.RayError, KeyError) as e:
+            raise InfrastructureError(f"user simulator actor failed: {type(e).__name__}: {e}"[:500],
+                                      source="user") from None
+
+    async def answer_tool(self, name: str, arguments: dict) -> str:
+        try:
+            return await self.handle.answer_tool.remote(self.id, name, arguments)
         except (ray.exceptions.RayError, KeyError) as e:
             raise InfrastructureError(f"user simulator actor failed: {type(e).__name__}: {e}"[:500],
                                       source="user") from None

@@ -96,3 +96,22 @@ class PatientRouter:
 
     def for_patient(self, patient_id):
         return self.shards[self._shard_of(patient_id, len(self.shards))]
+
+
+class InProcess:
+    """A service object used in this process as a hosted shard is (`await obj.method(...)`, each call on a thread; a
+    method that raised is an infrastructure error, as `ServiceHost` makes it): tests and runs without Ray actors."""
+
+    def __init__(self, service):
+        self._service = service
+
+    def __getattr__(self, name):
+        method = getattr(self._service, name)
+
+        async def call(*args):
+            try:
+                return await asyncio.to_thread(method, *args)
+            except Exception as e:  # noqa: BLE001 - a fault of the harness's, never the model's
+                raise InfrastructureError(f"service {name}() failed: {type(e).__name__}: {e}"[:500],
+                                          source="tool") from None
+        return call

@@ -63,3 +63,20 @@ def grouped_bars(values: dict[str, dict[str, float]], path: Path, title: str, yl
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def threshold_curve(xs: list[float], ys: list[float], path: Path, title: str, xlabel: str, ylabel: str) -> Path:
+    """One curve of a share against a threshold (PhysAssistBench: Pass@Session against tau)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(xs, ys, marker="o", color="C0")
+    for tau in (0.60, 0.75):
+        ax.axvline(tau, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 105)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

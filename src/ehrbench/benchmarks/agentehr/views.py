@@ -9,14 +9,13 @@ nothing but values crosses the wire. A shard keeps at most
 """
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
 from ...db.limits import QueryError
-from ...trial import InfrastructureError
+from ...runtime.hosts import InProcess  # noqa: F401 - the in-process host of a shard, re-exported
 from .censoring import RULES, CensoredPatient
 
 MAX_OPEN = 4096
@@ -67,22 +66,3 @@ class PatientViews:
 
     def open_episodes(self) -> int:
         return len(self.views)
-
-
-class InProcess:
-    """A `PatientViews` used in this process as a hosted shard is (`await views.method(...)`, each call on a thread;
-    a method that raised is an infrastructure error, as `runtime.hosts.ServiceHost` makes it)."""
-
-    def __init__(self, views: PatientViews):
-        self._views = views
-
-    def __getattr__(self, name):
-        method = getattr(self._views, name)
-
-        async def call(*args):
-            try:
-                return await asyncio.to_thread(method, *args)
-            except Exception as e:  # noqa: BLE001 - a fault of the harness's, never the model's
-                raise InfrastructureError(f"patient views {name}() failed: {type(e).__name__}: {e}"[:500],
-                                          source="tool") from None
-        return call

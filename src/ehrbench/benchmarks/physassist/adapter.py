@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import threading
 from pathlib import Path
 
 CATEGORY = "http://terminology.hl7.org/CodeSystem/observation-category"
@@ -25,12 +26,14 @@ class PatientRecord:
 
     def __init__(self, patient_file: str | Path, reference_file: str | Path):
         self.subject_id = int(Path(patient_file).stem.split("_")[1])
-        self._conn = sqlite3.connect(f"file:{Path(patient_file).resolve()}?mode=ro", uri=True)
+        self._conn = sqlite3.connect(f"file:{Path(patient_file).resolve()}?mode=ro", uri=True, check_same_thread=False)
+        self._lock = threading.Lock()           # a shard answers on many threads: one query at a time per patient
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("ATTACH DATABASE ? AS ref", (f"file:{Path(reference_file).resolve()}?mode=ro",))
 
     def rows(self, sql: str, params: tuple = ()) -> list[dict]:
-        return [dict(r) for r in self._conn.execute(sql, params)]
+        with self._lock:
+            return [dict(r) for r in self._conn.execute(sql, params)]
 
     def table(self, name: str, hadm_id: int | None = None) -> list[dict]:
         """A table's rows in file order (`i`: the row's place, the original's DataFrame index), one admission's

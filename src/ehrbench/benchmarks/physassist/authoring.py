@@ -1,0 +1,623 @@
+"""Write ehrbench's PhysAssistBench sessions from the world, in the original's session format.
+
+    python -m ehrbench.benchmarks.physassist.authoring --out data/tasks/physassist [--seed 0 --scale 2 --per-cell 9]
+
+Each session is one patient's last admission, seen on its discharge day (`current_date`), four dependent turns
+along one of the original's 27 arcs (`pipeline/sequences.py`: T0 Information Lookup; T1-T2 lookup, data gathering
+or clinical reasoning; T3 data gathering, reasoning or write/update; tier 2 needs DG or CR in T1-T2, tier 3 CR).
+The tier is the admission's data richness: the tertile of its lab results. Every value in a question, answer or
+rubric item is read through the FHIR tools themselves (`fhir.run_search`, date_to bounded), so what the agent can
+find is what the gold says. T1-T3 questions are implicit (nominal anaphora "it", predicate ellipsis "And ...?",
+abstract event anaphora "Given that, ...") with explicit paraphrases. Each rubric item carries its check
+(`grading.CHECKS`). The patient's answers (`patient_answers`) come from the record and a persona derived by rules
+(`persona`); a poor-adherence, critical_withheld patient admits to stopping a drug only when asked about it by name.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sqlite3
+from collections import defaultdict
+from datetime import date, datetime
+from itertools import product
+from pathlib import Path
+
+from .adapter import PatientRecord
+from .fhir import run_search
+from .sessions import SCENARIOS
+
+DOMAINS = {"diagnostic_workup": "LabInterp", "med_safety": "MedRecon", "treatment_response": "ICUReasoning",
+           "discharge_planning": "MedRecon"}
+IL, DG, CR, WU = "Information Lookup", "Data Gathering", "Clinical Reasoning", "Write/Update"
+ARCS = [(IL, a, b, c) for a, b in product([IL, DG, CR], repeat=2) for c in [DG, CR, WU]]
+LABS = ("Potassium", "Sodium", "Creatinine", "Glucose", "Magnesium", "Hemoglobin", "Platelet Count",
+        "Bicarbonate", "Urea Nitrogen", "White Blood Cells")
+SAFETY = {("Potassium", "high"): ["potassium chloride", "potassium supplement"],
+          ("Potassium", "low"): ["kayexalate", "patiromer", "polystyrene"],
+          ("Sodium", "high"): ["hypertonic saline", "3% saline"], ("Sodium", "low"): ["free water bolus"],
+          ("Creatinine", "high"): ["nsaid", "ibuprofen", "ketorolac"],
+          ("Glucose", "high"): ["dextrose", "d50"], ("Glucose", "low"): ["insulin bolus", "increase the insulin"],
+          ("Magnesium", "high"): ["magnesium sulfate", "magnesium oxide"],
+          ("Platelet Count", "low"): ["start enoxaparin", "increase heparin"]}
+DRUG_LAB = {"Lisinopril": "Potassium", "Furosemide": "Potassium", "Potassium chloride": "Potassium",
+            "Metformin": "Creatinine", "Enoxaparin sodium": "Creatinine", "Heparin": "Platelet Count",
+            "Aspirin": "Platelet Count", "Insulin": "Glucose", "Pantoprazole": "Magnesium",
+            "Atorvastatin": "Creatinine"}
+ROUTES = {"PO": ["po", "oral", "by mouth"], "SC": ["sc", "subcut", "subq"], "IV": ["iv", "intravenous"]}
+FREQUENCY = {1: ("once daily", ["once daily", "daily", "qd", "q24h"]), 2: ("BID", ["bid", "twice daily", "q12h"]),
+             3: ("TID", ["tid", "three times daily", "q8h"]), 4: ("QID", ["qid", "four times daily", "q6h"])}
+SERVICES = {"HOME HEALTH CARE": "home-health", "REHAB": "physical-therapy", "SKILLED NURSING FACILITY":
+            "physical-therapy", "HOME": "primary-care-followup", "CHRONIC/LONG TERM ACUTE CARE": "social-work"}
+FUNCTION = {"HOME": ("I get around on my own and take care of myself at home.", ["own"]),
+            "HOME HEALTH CARE": ("I can walk short distances, but I need help with bathing and dressing.",
+                                 ["bathing"]),
+            "REHAB": ("I can't walk more than a few steps without a walker, and I need help with most things.",
+                      ["walker"]),
+            "SKILLED NURSING FACILITY": ("I can't walk more than a few steps without a walker, and I need help "
+                                         "with most things.", ["walker"]),
+            "CHRONIC/LONG TERM ACUTE CARE": ("I spend most of the day in bed; I need help to sit up and eat.",
+                                             ["bed"])}
+WORDS = {"high": ["high", "elevated", "above"], "low": ["low", "below", "decreased"], "normal": ["normal", "within"]}
+
+
+def _num(x: float):
+    return int(x) if float(x).is_integer() else round(float(x), 2)
+
+
+def _item(text: str, check: dict | None) -> tuple[str, dict | None]:
+    return text, check
+
+
+class Context:
+    """One candidate session's facts, read through the FHIR tools."""
+
+    def __init__(self, record: PatientRecord, admission: dict, rng: random.Random):
+        self.record, self.rng = record, rng
+        self.subject, self.hadm = record.subject_id, int(admission["hadm_id"])
+        self.date = str(admission["dischtime"])[:10]
+        self.admission = admission
+        self.labs: dict[str, list[dict]] = {}
+        for lab in LABS:
+            args = {"subject_id": self.subject, "hadm_id": self.hadm, "category": "laboratory", "code": lab,
+                    "_count": 50}
+            found = run_search(record, "Observation.search", args, self.date)
+            rows = [e["resource"] for e in found.get("entry", []) if e["resource"]["code"]["text"] == lab
+                    and "valueQuantity" in e["resource"] and e["resource"].get("referenceRange")]
+            if rows:
+                self.labs[lab] = rows           # newest first
+        self.richness = len(record.rows("SELECT 1 FROM labevents WHERE hadm_id = ? AND charttime <= ?",
+                                        (self.hadm, self.date)))
+        self.drugs = self._drugs()
+        self.persona = persona(record, admission)
+
+    def _drugs(self) -> dict[str, dict]:
+        out = {}
+        for row in self.record.rows("SELECT drug, dose_val_rx, dose_unit_rx, route, doses_per_24_hrs, starttime "
+                                    "FROM prescriptions WHERE hadm_id = ? ORDER BY starttime DESC", (self.hadm,)):
+            drug = row["drug"]
+            if drug in DRUG_LAB and drug not in out and row["route"] in ROUTES and row["dose_unit_rx"]:
+                try:
+                    dose = float(row["dose_val_rx"])
+                except (TypeError, ValueError):
+                    continue
+                out[drug] = {"dose": _num(dose), "unit": row["dose_unit_rx"], "route": row["route"],
+                             "per_day": int(float(row["doses_per_24_hrs"] or 0))}
+        return out
+
+    def lab_state(self, lab: str) -> tuple[float, str, float, float, str, str]:
+        """(latest value, unit, low, high, class, date) of a lab."""
+        o = self.labs[lab][0]
+        v, unit = o["valueQuantity"]["value"], o["valueQuantity"]["unit"]
+        rr = o["referenceRange"][0]
+        lo, hi = rr.get("low", {}).get("value", float("-inf")), rr.get("high", {}).get("value", float("inf"))
+        state = "high" if v > hi else "low" if v < lo else "normal"
+        return v, unit, lo, hi, state, o["effectiveDateTime"][:10]
+
+
+def persona(record: PatientRecord, admission: dict) -> dict:
+    """The patient persona by rules from the record (documented in the README):
+    - health_literacy: low when the admission's language is not English or the patient is 75 or older, medium from
+      50, else high;
+    - adherence: poor when this admission is a readmission within 30 days of a discharge, else good;
+    - anxiety_level: high with an ICU stay in the admission, medium with any abnormal lab in it, else low;
+    - info_completeness: critical_withheld when adherence is poor (the patient hides a stopped drug), else full;
+    - self_diagnosis: present with two or more earlier admissions (the patient names their own illness)."""
+    age = (record.rows("SELECT anchor_age FROM patients") or [{"anchor_age": 60}])[0]["anchor_age"] or 60
+    earlier = record.rows("SELECT dischtime FROM admissions WHERE admittime < ? ORDER BY admittime",
+                          (admission["admittime"],))
+    readmitted = bool(earlier) and earlier[-1]["dischtime"] is not None and (
+        datetime.fromisoformat(str(admission["admittime"])) - datetime.fromisoformat(str(earlier[-1]["dischtime"]))
+    ).days < 30
+    icu = record.rows("SELECT 1 FROM icustays WHERE hadm_id = ? LIMIT 1", (admission["hadm_id"],))
+    abnormal = record.rows("SELECT 1 FROM labevents WHERE hadm_id = ? AND flag = 'abnormal' LIMIT 1",
+                           (admission["hadm_id"],))
+    english = str(admission.get("language") or "ENGLISH").upper() == "ENGLISH"
+    return {"health_literacy": "low" if not english or age >= 75 else "medium" if age >= 50 else "high",
+            "adherence": "poor" if readmitted else "good",
+            "anxiety_level": "high" if icu else "medium" if abnormal else "low",
+            "info_completeness": "critical_withheld" if readmitted else "full",
+            "self_diagnosis": "present" if len(earlier) >= 2 else "absent"}
+
+
+def _section(record: PatientRecord, hadm: int, name: str) -> str:
+    notes = record.rows("SELECT text FROM discharge WHERE hadm_id = ?", (hadm,))
+    m = re.search(rf"{name}:\s*\n(.+?)\n\s*\n", notes[0]["text"] if notes else "", re.S)
+    return re.sub(r"\s+", " ", m.group(1)).strip() if m else ""
+
+
+def patient_answers(ctx: Context, focus_drug: str | None) -> list[dict]:
+    """What the patient can say, from the record and the persona, at three literacy levels."""
+    p, out = ctx.persona, []
+    poor, withheld = p["adherence"] == "poor", p["info_completeness"] == "critical_withheld"
+
+    def add(tool, topic, high, medium, low, hidden=False):
+        out.append({"tool": tool, "topic": topic, "withheld": hidden,
+                    "responses": {"high": high, "medium": medium, "low": low}})
+    general = ("I think I'm taking everything I'm supposed to." if poor else
+               "I take all my medicines the way the doctor told me.")
+    add("patient.get_medication_adherence", "", general, general, general)
+    for drug, d in ctx.drugs.items():
+        if poor and drug == focus_drug:
+            add("patient.get_medication_adherence", drug.lower(),
+                f"To be honest, I stopped taking the {drug} about two weeks ago because it made me feel dizzy.",
+                f"Honestly, I stopped the {drug} a couple of weeks ago. It made me dizzy.",
+                f"I quit that {drug} a while back. It made me feel dizzy.", hidden=withheld)
+        else:
+            add("patient.get_medication_adherence", drug.lower(),
+                f"Yes, I take the {drug} {d['dose']} {d['unit']} exactly as prescribed, every day.",
+                f"Yes, I take the {drug} every day like I'm supposed to.",
+                f"Yes, I take that {drug} every day.")
+    complaint = _section(ctx.record, ctx.hadm, "Chief Complaint") or "feeling unwell"
+    own = ""
+    if p.get("self_diagnosis") == "present":
+        dx = ctx.record.rows("SELECT d.long_title FROM diagnoses_icd t JOIN ref.d_icd_diagnoses d USING (icd_code, "
+                             "icd_version) WHERE t.hadm_id = ? ORDER BY t.seq_num LIMIT 1", (ctx.hadm,))
+        own = f" I think it's my {dx[0]['long_title'].lower()} acting up again." if dx else ""
+    add("patient.get_symptom_history", "",
+        f"My main problem was {complaint}. It started about three days before I came in and got steadily worse.{own}",
+        f"I came in because of {complaint}. It started a few days before and kept getting worse.{own}",
+        f"I just had {complaint}, for a few days, and it got worse.{own}")
+    status = str(ctx.admission.get("marital_status") or "").upper()
+    home = "with my spouse" if status == "MARRIED" else "alone"
+    add("patient.get_social_history", "", f"I live {home}. I don't smoke, and I drink alcohol only occasionally.",
+        f"I live {home}. No smoking, and just a drink now and then.", f"I live {home}. I don't smoke. I drink a little.")
+    function = FUNCTION.get(str(ctx.admission.get("discharge_location")), FUNCTION["HOME"])[0]
+    add("patient.get_functional_status", "", function, function, function)
+    pain = 6 if "pain" in complaint.lower() else 2
+    where = f"It's from the {complaint.lower()}." if pain == 6 else "Nothing much hurts right now."
+    add("patient.get_pain_assessment", "", f"My pain is about a {pain} out of 10. {where}",
+        f"It hurts about {pain} out of 10. {where}", f"It hurts, like a {pain} out of 10. {where}")
+    return out
+
+
+class Builder:
+    """The turns of one session: each builder returns (type, subtype, question, explicit, source, items, actions,
+    answer, what it is about), or None when the record cannot support it; `turn` keeps a question implicit only
+    when its "it" has something in the previous turn to refer to."""
+
+    def __init__(self, ctx: Context, scenario: str, rng: random.Random):
+        self.ctx, self.scenario, self.rng = ctx, scenario, rng
+        self.drug = next((d for d in ctx.drugs if DRUG_LAB[d] in ctx.labs), None)
+        self.lab = self._focus_lab()
+        self.others = [lab for lab in ctx.labs if lab != self.lab]
+        self.patient_used = False
+        self.answers = patient_answers(ctx, self.drug)
+        self.last: str | None = None           # what the previous turn was about: what "it" can refer to
+        self.done: set[tuple[str, str]] = set()   # (turn builder, lab) already asked: a repeated type moves on
+
+    def _focus_lab(self) -> str | None:
+        c = self.ctx
+        if self.scenario == "med_safety":
+            return DRUG_LAB[self.drug] if self.drug else None
+        if self.scenario == "treatment_response":
+            trended = [lab for lab in LABS if len(c.labs.get(lab, [])) >= 3]
+            return trended[0] if trended else None
+        abnormal = [lab for lab in LABS if lab in c.labs and c.lab_state(lab)[4] != "normal"]
+        return (abnormal or [lab for lab in LABS if lab in c.labs] or [None])[0]
+
+    def _lab_call(self, lab: str, count: int = 50) -> dict:
+        return {"name": "Observation.search", "arguments": {"subject_id": self.ctx.subject, "hadm_id": self.ctx.hadm,
+                                                            "category": "laboratory", "code": lab, "_count": count}}
+
+    def lookup(self, first: bool, subtype: str | None):
+        c = self.ctx
+        if first and self.scenario == "med_safety":
+            d = c.drugs[self.drug]
+            q = f"What dose of {self.drug} is the patient on?"
+            items = [_item(f"The answer states the {self.drug} dose as {d['dose']} {d['unit']}",
+                           {"kind": "cites", "value": d["dose"]}),
+                     _item(f"The answer gives the dose unit ({d['unit']})", {"kind": "mentions", "any": [d["unit"]]}),
+                     _item(f"The answer gives the route ({d['route']})",
+                           {"kind": "mentions", "any": ROUTES[d["route"]]})]
+            actions = [{"name": "MedicationRequest.search", "arguments": {"subject_id": c.subject, "hadm_id": c.hadm,
+                                                                          "medication": self.drug}}]
+            answer = (f"The patient is on {self.drug} {d['dose']} {d['unit']} {d['route']} "
+                      f"({ROUTES[d['route']][1]}) this admission.")
+            return IL, None, q, q, "ehr", items, actions, answer, self.drug
+        if first and self.scenario == "discharge_planning":
+            location = str(c.admission["discharge_location"])
+            days = (date.fromisoformat(c.date) - date.fromisoformat(str(c.admission["admittime"])[:10])).days
+            q = "Where is the patient going at discharge?"
+            items = [_item(f"The answer states the discharge disposition ({location.title()})",
+                           {"kind": "mentions", "any": [location.lower()]}),
+                     _item(f"The answer gives the discharge date ({c.date})", {"kind": "mentions", "any": [c.date]}),
+                     _item(f"The answer gives the length of stay ({days} days)", {"kind": "cites", "value": days})]
+            actions = [{"name": "Encounter.search", "arguments": {"subject_id": c.subject, "hadm_id": c.hadm}}]
+            answer = f"The patient is being discharged to {location.lower()} on {c.date}, after a {days}-day stay."
+            return IL, None, q, q, "ehr", items, actions, answer, "disposition"
+        lab = self.lab if first else (self.others.pop(0) if self.others else None)
+        if lab is None:
+            return None
+        v, unit, lo, hi, state, when = c.lab_state(lab)
+        explicit = f"What's the latest {lab.lower()}?"
+        q = explicit if first else f"What about the {lab.lower()}?"
+        items = [_item(f"The answer correctly cites the {lab.lower()} value as {_num(v)} {unit}",
+                       {"kind": "cites", "value": _num(v)}),
+                 _item(f"The answer interprets it as {state} against the reference range {_num(lo)}-{_num(hi)} {unit}",
+                       {"kind": "mentions", "any": WORDS[state]}),
+                 _item(f"The answer gives the date of the result ({when})", {"kind": "mentions", "any": [when]})]
+        answer = (f"The latest {lab.lower()} is {_num(v)} {unit} on {when}, which is {WORDS[state][0]} "
+                  f"(reference range {_num(lo)}-{_num(hi)} {unit}).")
+        return IL, None if first else "PE", q, explicit, "ehr", items, [self._lab_call(lab)], answer, lab
+
+    def _next_lab(self, kind: str, values: int = 1) -> str | None:
+        """The focus lab, or when it was asked about in this way already, the next lab with enough results."""
+        for lab in [self.lab] + [lab for lab in LABS if lab in self.ctx.labs]:
+            if lab and (kind, lab) not in self.done and len(self.ctx.labs.get(lab, [])) >= values:
+                self.done.add((kind, lab))
+                return lab
+        return None
+
+    def trend(self, subtype: str):
+        c, lab = self.ctx, self._next_lab("trend", 2)
+        if lab is None:
+            return None
+        rows = c.labs[lab]
+        values = [r["valueQuantity"]["value"] for r in reversed(rows)]       # oldest first
+        unit = rows[0]["valueQuantity"]["unit"]
+        state = c.lab_state(lab)[4]
+        peak = min(values) if state == "low" else max(values)
+        first, last = values[0], values[-1]
+        direction = ("rising", ["rising", "increased", "up"]) if last > first * 1.05 else \
+            ("falling", ["falling", "decreased", "down"]) if last < first * 0.95 else ("stable", ["stable", "unchanged"])
+        explicit = f"How has the {lab.lower()} trended this admission?"
+        q = {"NA": "How has it trended this admission?", "PE": "And over the whole admission?",
+             "AE": "Has that been going on all admission?"}[subtype]
+        extreme = "lowest" if state == "low" else "highest"
+        items = [_item(f"The answer cites the first value this admission ({_num(first)} {unit})",
+                       {"kind": "cites", "value": _num(first)}),
+                 _item(f"The answer cites the latest value ({_num(last)} {unit})", {"kind": "cites", "value": _num(last)}),
+                 _item(f"The answer cites the {extreme} value ({_num(peak)} {unit})",
+                       {"kind": "cites", "value": _num(peak)}),
+                 _item(f"The answer describes the trend as {direction[0]}", {"kind": "mentions", "any": direction[1]})]
+        answer = (f"The {lab.lower()} went from {_num(first)} {unit} at the first draw to {_num(last)} {unit} most "
+                  f"recently ({len(values)} results, {extreme} {_num(peak)} {unit}): {direction[0]}.")
+        return DG, subtype, q, explicit, "ehr", items, [self._lab_call(lab)], answer, lab
+
+    def interview(self, subtype: str):
+        """A data-gathering turn answered by the patient (at most one per session)."""
+        if self.patient_used:
+            return None
+        self.patient_used = True
+        c = self.ctx
+        if self.scenario == "med_safety" and self.drug:
+            tool, args = "patient.get_medication_adherence", {"drug": self.drug}
+            explicit = f"Is the patient actually taking the {self.drug} at home?"
+            q = {"NA": "Is the patient actually taking it at home?", "PE": "And at home?",
+                 "AE": "Has that been happening at home too?"}[subtype]
+        elif self.scenario == "discharge_planning":
+            tool, args = "patient.get_functional_status", {}
+            explicit = q = {"NA": "How is the patient managing day to day?", "PE": "And day-to-day function?",
+                            "AE": "How is that affecting the patient day to day?"}[subtype]
+            explicit = "Ask the patient how they are managing their daily activities."
+        elif self.scenario == "treatment_response":
+            tool, args = "patient.get_pain_assessment", {}
+            q = {"NA": "How is the pain now?", "PE": "And the pain?", "AE": "Is that causing the patient pain?"}[subtype]
+            explicit = "Ask the patient to rate their pain now."
+        else:
+            tool, args = "patient.get_symptom_history", {}
+            q = {"NA": "What brought the patient in?", "PE": "And the symptoms?",
+                 "AE": "How did that start for the patient?"}[subtype]
+            explicit = "Ask the patient about the symptoms that brought them in."
+        from .patient import PatientFacts
+
+        reply = " ".join(a["responses"]["high"] for a in PatientFacts(tuple(self.answers)).release(tool, args))
+        items = self._interview_items(tool, reply)
+        actions = [{"name": tool, "arguments": args}]
+        entity = self.drug if tool == "patient.get_medication_adherence" else None
+        return DG, subtype, q, explicit, "patient", items, actions, f"The patient reports: {reply}", entity
+
+    def _interview_items(self, tool: str, reply: str) -> list:
+        low = reply.lower()
+        if tool == "patient.get_medication_adherence":
+            stopped = "stopped" in low
+            return [_item(f"The answer reports whether the patient takes the {self.drug} as prescribed",
+                          {"kind": "mentions", "any": ["stopped", "not taking"] if stopped else
+                           ["as prescribed", "every day"]}),
+                    _item(f"The answer names the {self.drug}", {"kind": "mentions", "any": [self.drug.lower()]}),
+                    _item("The answer gives the patient's reason for stopping (dizziness)" if stopped else
+                          "The answer does not claim the patient stopped the drug",
+                          {"kind": "mentions", "any": ["dizz"]} if stopped else {"kind": "absent", "any": ["stopped"]})]
+        if tool == "patient.get_functional_status":
+            key = next(w for text, words in FUNCTION.values() if text.lower() == low for w in words)
+            return [_item(f"The answer reports the patient's function as the patient describes it ({key})",
+                          {"kind": "mentions", "any": [key]}),
+                    _item("The answer attributes the account to the patient", {"kind": "mentions", "any": ["patient"]})]
+        if tool == "patient.get_pain_assessment":
+            score = int(re.search(r"about a (\d+) out of 10", reply).group(1))
+            return [_item(f"The answer reports the pain score as {score}/10", {"kind": "cites", "value": score}),
+                    _item("The answer attributes the rating to the patient", {"kind": "mentions", "any": ["patient"]})]
+        complaint = re.search(r"My main problem was (.+?)\. It started", reply).group(1)
+        return [_item(f"The answer reports the presenting complaint ({complaint})",
+                      {"kind": "mentions", "any": [complaint.lower()]}),
+                _item("The answer reports the onset (about three days before admission)",
+                      {"kind": "mentions", "any": ["three days", "3 days"]})]
+
+    def reasoning(self, subtype: str):
+        c, lab = self.ctx, self._next_lab("reasoning")
+        if lab is None:
+            return None
+        v, unit, lo, hi, state, _ = c.lab_state(lab)
+        limit = hi if state == "high" else lo if state == "low" else hi
+        drug = f" the {self.drug} dose" if self.scenario == "med_safety" and self.drug and lab == self.lab else None
+        explicit = (f"Given the {lab.lower()} of {_num(v)} {unit}, does{drug} need to change?" if drug else
+                    f"Given the {lab.lower()} of {_num(v)} {unit}, does anything need to change?")
+        q = {"NA": f"Does it change{drug or ' anything'}?" if drug else "Is it a concern?",
+             "PE": "And what should we do?", "AE": "Given that, does anything need to change?"}[subtype]
+        act = ["recheck", "repeat"] if state != "normal" else ["no change", "continue"]
+        items = [_item(f"The answer cites the {lab.lower()} as {_num(v)} {unit}", {"kind": "cites", "value": _num(v)}),
+                 _item(f"The answer compares it with the reference range (here {_num(lo)}-{_num(hi)} {unit})",
+                       {"kind": "mentions", "any": ["range", "limit"]}),   # the compacted result shows no range
+                 _item(f"The answer identifies the value as {state}", {"kind": "mentions", "any": WORDS[state]}),
+                 _item("The answer recommends " + ("a repeat level to recheck it" if state != "normal" else
+                                                   "no change (continue the current plan)"),
+                       {"kind": "mentions", "any": act})]
+        if drug:
+            items.append(_item(f"The answer addresses the {self.drug}", {"kind": "mentions",
+                                                                         "any": [self.drug.lower()]}))
+        danger = SAFETY.get((lab, state))
+        if danger:
+            items.append(_item(f"The answer does not recommend {danger[0]} (contraindicated with a {state} "
+                               f"{lab.lower()})", {"kind": "absent", "any": danger}))
+        verdict = (f"it is {WORDS[state][0]}, {'above' if state == 'high' else 'below'} the reference limit of "
+                   f"{_num(limit)} {unit}: recheck with a repeat level" if state != "normal" else
+                   f"it is within the normal range (upper limit {_num(limit)} {unit}): no change, continue the "
+                   "current plan")
+        about = f" For the {self.drug}, " + ("recheck before adjusting." if state != "normal" else "keep the dose.") \
+            if drug else ""
+        answer = f"The {lab.lower()} is {_num(v)} {unit}; {verdict}.{about}"
+        return CR, subtype, q, explicit, "ehr", items, [self._lab_call(lab)], answer, lab
+
+    def write(self, subtype: str):
+        c = self.ctx
+        if self.scenario in ("med_safety", "treatment_response") and self.drug:
+            d = c.drugs[self.drug]
+            freq, synonyms = FREQUENCY.get(d["per_day"], FREQUENCY[1])
+            explicit = f"Please reorder the {self.drug} at the current dose and route, {freq}, for discharge."
+            q = {"NA": f"Please reorder it at the current dose and route, {freq}, for discharge.",
+                 "PE": f"And reorder for discharge, same dose and route, {freq}.",
+                 "AE": f"Given that, reorder it for discharge at the same dose and route, {freq}."}[subtype]
+            wrong = [w for r, ws in ROUTES.items() if r != d["route"] for w in ws[:2]]
+            items = [_item(f"The order's medication is {self.drug}", {"kind": "write", "tool": "MedicationRequest.create",
+                                                                     "field": "medication",
+                                                                     "any": [self.drug.lower()]}),
+                     _item(f"The dose is {d['dose']} {d['unit']}", {"kind": "write", "tool": "MedicationRequest.create",
+                                                                   "field": "dose", "value": d["dose"],
+                                                                   "unit": d["unit"]}),
+                     _item(f"The route is {d['route']} (synonyms: {', '.join(ROUTES[d['route']])})",
+                           {"kind": "write", "tool": "MedicationRequest.create", "field": "route",
+                            "any": ROUTES[d["route"]]}),
+                     _item(f"The frequency is {freq} (synonyms: {', '.join(synonyms)})",
+                           {"kind": "write", "tool": "MedicationRequest.create", "field": "frequency",
+                            "any": synonyms}),
+                     _item(f"The order does NOT use another route ({', '.join(wrong)})",
+                           {"kind": "write_absent", "tool": "MedicationRequest.create", "field": "route",
+                            "any": wrong})]
+            args = {"subject_id": c.subject, "medication": self.drug, "dose": f"{d['dose']} {d['unit']}",
+                    "route": d["route"], "frequency": freq}
+            actions = [{"name": "MedicationRequest.search", "arguments": {"subject_id": c.subject, "hadm_id": c.hadm,
+                                                                          "medication": self.drug}},
+                       {"name": "MedicationRequest.create", "arguments": args}]
+            answer = f"Ordered {self.drug} {d['dose']} {d['unit']} {d['route']} {freq} for discharge."
+            return WU, subtype, q, explicit, "write", items, actions, answer, self.drug
+        lab = self.lab
+        normal = lab is None or c.lab_state(lab)[4] == "normal"
+        if self.scenario == "discharge_planning" or normal:        # nothing abnormal to flag: a follow-up
+            service = SERVICES.get(str(c.admission["discharge_location"]), "primary-care-followup") \
+                if self.scenario == "discharge_planning" else "primary-care-followup"
+            explicit = f"Please put in a routine {service} referral for discharge."
+            q = {"NA": f"Please put one in: a routine {service} referral.", "PE": f"And a routine {service} referral.",
+                 "AE": f"Given that, put in a routine {service} referral."}[subtype]
+            items = [_item(f"The service type is {service}", {"kind": "write", "tool": "ServiceRequest.create",
+                                                              "field": "service_type", "any": [service]}),
+                     _item("The priority is routine", {"kind": "write", "tool": "ServiceRequest.create",
+                                                       "field": "priority", "any": ["routine"]}),
+                     _item("The answer does NOT create a medication order instead",
+                           {"kind": "write_absent", "tool": "MedicationRequest.create", "field": "medication",
+                            "any": [""]})]
+            args = {"subject_id": c.subject, "service_type": service, "priority": "routine"}
+            answer = f"Created a routine {service} referral for discharge."
+            return WU, subtype, q, explicit, "write", items, [{"name": "ServiceRequest.create",
+                                                               "arguments": args}], answer, None
+        v, unit, _, _, state, _ = c.lab_state(lab)
+        explicit = f"Please put a clinical flag on the chart for the {lab.lower()} of {_num(v)} {unit}."
+        q = {"NA": "Please flag it on the chart.", "PE": "And flag it on the chart.",
+             "AE": "Given that, put a flag on the chart."}[subtype]
+        items = [_item("The flag's category is clinical", {"kind": "write", "tool": "Flag.create", "field": "category",
+                                                          "any": ["clinical"]}),
+                 _item(f"The flag's detail names the {lab.lower()}", {"kind": "write", "tool": "Flag.create",
+                                                                      "field": "detail", "any": [lab.lower()]}),
+                 _item(f"The flag's detail cites the value {_num(v)}", {"kind": "write", "tool": "Flag.create",
+                                                                         "field": "detail", "value": _num(v)}),
+                 _item("The answer does NOT create a medication order instead",
+                       {"kind": "write_absent", "tool": "MedicationRequest.create", "field": "medication",
+                        "any": [""]})]
+        code = re.sub(r"[^A-Z]+", "_", f"{state} {lab}".upper()).strip("_")
+        args = {"subject_id": c.subject, "category": "clinical", "code": code,
+                "detail": f"{lab} {_num(v)} {unit} ({state}) on {c.lab_state(lab)[5]}"}
+        answer = f"Flagged the chart: {args['detail']}."
+        return WU, subtype, q, explicit, "write", items, [self._lab_call(lab), {"name": "Flag.create",
+                                                                                "arguments": args}], answer, lab
+
+    def turn(self, kind: str, index: int, subtype: str | None):
+        if kind == IL:
+            made = self.lookup(index == 0, subtype)
+        elif kind == DG:
+            if self.scenario != "treatment_response" and not self.patient_used and self.rng.random() < 0.5:
+                made = self.interview(subtype)
+            else:
+                made = self.trend(subtype) or self.interview(subtype)
+        elif kind == CR:
+            made = self.reasoning(subtype)
+        else:
+            made = self.write(subtype)
+        if made is None:
+            return None
+        entity = made[-1]
+        if made[1] and kind != IL and entity and entity != self.last and not (
+                kind == CR and self.last == self.drug and self.scenario == "med_safety"):
+            made = (made[0], None, made[3], *made[3:])  # nothing for "it" to refer to: asked explicitly
+        elif kind == CR and made[1] and self.last == self.drug and self.scenario == "med_safety" and self.drug \
+                and made[-1] == self.lab:
+            made = (made[0], "NA", f"Does the {self.lab.lower()} change how we dose it?", *made[3:])
+        self.last = entity
+        return made[:-1]
+
+
+def eligible_arcs(tier: int) -> list[tuple]:
+    if tier == 1:
+        return ARCS
+    need = {DG, CR} if tier == 2 else {CR}
+    return [a for a in ARCS if need & set(a[1:3])]
+
+
+def _observation(record: PatientRecord, action: dict, current_date: str, answers: list[dict]) -> object:
+    name = action["name"]
+    if name.startswith("patient."):
+        from .patient import PatientFacts
+
+        text = " ".join(a["responses"]["high"] for a in PatientFacts(tuple(answers)).release(name, action["arguments"]))
+        return {"patient_response": text, "patient_responses_all_literacy": {lit: " ".join(
+            a["responses"][lit] for a in PatientFacts(tuple(answers)).release(name, action["arguments"]))
+            for lit in ("low", "medium", "high")}}
+    if name.endswith(".create"):
+        from .fhir import run_write
+
+        return run_write(name, action["arguments"], record.subject_id, current_date, 1)
+    return run_search(record, name, action["arguments"], current_date)
+
+
+def build_session(ctx: Context, scenario: str, tier: int, index: int, rng: random.Random) -> dict | None:
+    arcs = eligible_arcs(tier)
+    for arc in rng.sample(arcs, len(arcs)):
+        builder = Builder(ctx, scenario, random.Random(rng.random()))
+        if scenario == "med_safety" and not builder.drug or builder.lab is None:
+            return None
+        turns = []
+        for i, kind in enumerate(arc):
+            turn = builder.turn(kind, i, None if i == 0 else rng.choice(["NA", "PE", "AE"]))
+            if turn is None:
+                break
+            turns.append(turn)
+        if len(turns) == 4:
+            return encode(ctx, scenario, tier, index, arc, turns, builder.answers)
+    return None
+
+
+def encode(ctx: Context, scenario: str, tier: int, index: int, arc: tuple, turns: list, answers: list) -> dict:
+    """The session in the original's format (plus ehrbench's rubric_checks and patient_answers)."""
+    sid = f"physassistbench_{scenario}_{index}"
+    age = ctx.record.rows("SELECT anchor_age, gender FROM patients")[0]
+    answer_list, messages = [], []
+    for t, (kind, subtype, q, explicit, source, items, actions, answer) in enumerate(turns):
+        steps = [{"action": a, "observation": _observation(ctx.record, a, ctx.date, answers), "dependency_list":
+                  list(range(i)), "idx": i} for i, a in enumerate(actions)]
+        steps.append({"action": {"name": "prepare_to_answer", "arguments": {"answer_type": "tool"}},
+                      "observation": answer, "dependency_list": list(range(len(actions))), "idx": len(actions)})
+        answer_list.append(steps)
+        messages += ([] if t == 0 else ["=" * 60]) + [{"role": "user", "content": q},
+                                                      {"role": "assistant", "content": answer}]
+    return {
+        "id": f"physassistbench_{DOMAINS[scenario]}_{scenario}_{index}_L{tier}",
+        "env_info": f"session_id: {sid}\nCurrent date: {ctx.date}. Patient is a {age['anchor_age']}-year-old "
+                    f"{age['gender']}",
+        "tools": None, "tasks": [t[2] for t in turns], "tasks_explicit": [t[3] for t in turns],
+        "messages": messages, "answer_list": answer_list, "task_types": list(arc),
+        "turn_types": [i != 0 for i in range(4)], "turn_subtypes": [t[1] for t in turns],
+        "clinical_task_domain": DOMAINS[scenario], "subject_id": ctx.subject, "hadm_id": ctx.hadm,
+        "session_id": sid, "clinical_scenario": scenario, "sequence_idx": ARCS.index(arc),
+        "task_sequence": list(arc), "tool_sources": [t[4] for t in turns], "tool_set": "fhir",
+        "difficulty_level": tier, "current_date": ctx.date,
+        "rubrics": [[text for text, _ in t[5]] for t in turns],
+        "rubric_checks": [[check for _, check in t[5]] for t in turns],
+        "persona_config": ctx.persona, "patient_answers": answers}
+
+
+def author(source: Path, folder: Path, per_cell: int, seed: int) -> dict[str, list[dict]]:
+    """Sessions per scenario: `per_cell` per tier, patients distinct within a scenario and tier."""
+    conn = sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    last = [dict(r) for r in conn.execute(
+        "SELECT a.* FROM admissions a WHERE a.dischtime IS NOT NULL AND a.discharge_location IS NOT NULL AND "
+        "a.discharge_location != 'DIED' AND a.admittime = (SELECT MAX(b.admittime) FROM admissions b WHERE "
+        "b.subject_id = a.subject_id) ORDER BY a.subject_id")]
+    conn.close()
+    rng = random.Random(seed)
+    contexts = []
+    for adm in last:
+        record = PatientRecord(folder / f"patient_{adm['subject_id']}.db", folder / "reference.db")
+        ctx = Context(record, adm, random.Random(f"{seed}/{adm['hadm_id']}"))
+        if ctx.labs:
+            contexts.append(ctx)
+    ranked = sorted(contexts, key=lambda c: (c.richness, c.hadm))
+    third = len(ranked) / 3
+    tiers = {c.hadm: 1 + min(2, int(i / third)) for i, c in enumerate(ranked)}
+    out: dict[str, list[dict]] = defaultdict(list)
+    for scenario in SCENARIOS:
+        for tier in (1, 2, 3):
+            pool = [c for c in contexts if tiers[c.hadm] == tier]
+            rng.shuffle(pool)
+            made = 0
+            for ctx in pool:
+                session = build_session(ctx, scenario, tier, len(out[scenario]), rng)
+                if session is not None:
+                    out[scenario].append(session)
+                    made += 1
+                if made == per_cell:
+                    break
+            if made < per_cell:
+                raise SystemExit(f"{scenario} L{tier}: only {made} of {per_cell} sessions: the world is too small "
+                                 "(a larger --scale)")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    from ...schemas import WorldSpec, build_database
+    from ...world.generator import WorldSize
+    from ..agentehr.patient_db import split_patients
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="data/tasks/physassist")
+    parser.add_argument("--seed", type=int, default=0, help="the world's seed (data.seed)")
+    parser.add_argument("--scale", type=float, default=2.0, help="the world's scale (benchmark.world_scale)")
+    parser.add_argument("--root", default="data/generated", help="where built databases are cached (data.root)")
+    parser.add_argument("--session-seed", type=int, default=7, help="which patients, arcs and phrasings")
+    parser.add_argument("--per-cell", type=int, default=9, help="sessions per scenario and tier (the issue's 9)")
+    args = parser.parse_args(argv)
+    source = build_database("mimic_iv", WorldSpec(seed=args.seed, size=WorldSize(scale=args.scale)), Path(args.root))
+    sessions = author(source, split_patients(source, source.parent), args.per_cell, args.session_seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for scenario, items in sessions.items():
+        (out / f"{scenario}.jsonl").write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in items))
+    (out / "manifest.json").write_text(json.dumps({
+        "generator": "ehrbench.benchmarks.physassist.authoring", "world": {"seed": args.seed, "scale": args.scale},
+        "session_seed": args.session_seed, "sessions": {s: len(v) for s, v in sessions.items()}}, indent=2) + "\n")
+    print(f"{sum(map(len, sessions.values()))} sessions written to {out}: "
+          + ", ".join(f"{s} {len(v)}" for s, v in sessions.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""PhysAssistBench behind the benchmark seam: four-turn physician sessions over FHIR-shaped tools on the world's
+MIMIC-IV rendering, with a simulated patient, graded per turn by rubric.
+
+A trial is one session. The physician (the run's user) asks the four questions; the agent answers each with the
+18 tools; the patient it interviews is replayed from stored answers (`user=scripted`) or an LLM (`user=` a model:
+the live patient, in the UserSimulator actors with the physician). The patients' records live in
+`benchmark.record_shards` ServiceShard actors (`records`), routed by patient. Scoring grades each turn (`grading`):
+the rule grader always, the original's LLM judge with `grader=` a model, which then decides the reward; a turn
+neither can decide leaves the aggregates, as the original drops a turn whose judgement failed.
+
+Metrics (`report`): per-turn rubric score r_t, session score (the mean of its turns), mRS (the mean session score x
+100) overall, by tier, scenario, turn type, implicitness subtype and tool source; Pass@Turn and Pass@Session at 0.60
+and 0.75; rule-judge agreement when both ran.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TrialSettings, check_world
+from ...llm.base import ConfigurationError
+from ...llm.scripted import ScriptedCall
+from ...llm.usage import UsageMeter
+from ...trial import Score, TrialRecord
+from .agent import PhysAssistAgent, ReferenceAgent
+from .grading import Judge, rule_grade, turn_score, turn_work
+from .patient import LlmPatient, PatientFacts, ReplayedPatient, SessionPeople, literacy_for
+from .sessions import SCENARIOS, Session, load_sessions
+
+DB = "mimic_iv"
+THRESHOLDS = (0.60, 0.75)
+LITERACY_OPTIONS = ("high", "medium", "low", "persona")
+
+
+@functools.lru_cache(maxsize=1)
+def prompts() -> dict[str, str]:
+    return yaml.safe_load((Path(__file__).parent / "data" / "prompts.yaml").read_text())
+
+
+@functools.lru_cache(maxsize=4)
+def local_records(folder: str):
+    """The records of a run without Ray actors (tests, in-process runs): one host per folder and process."""
+    from ...runtime.hosts import InProcess
+    from .tools import FhirRecords
+
+    return InProcess(FhirRecords(folder))
+
+
+class PhysAssistBenchmark(Benchmark):
+    name = "physassist"
+    agents = ("reference", "physassist")
+    users = ("scripted", "llm")
+    headline_metric = "mRS"
+
+    def check(self) -> None:
+        o = self.options
+        if not Path(str(o.get("task_dir") or "")).is_dir():
+            raise ConfigurationError(f"benchmark.task_dir={o.get('task_dir')!r}: no such folder (the project's sessions "
+                                     "are in data/tasks/physassist; the original's data folder holds the same files)")
+        chosen = list(o.get("scenarios") or [])
+        if not chosen or not set(chosen) <= set(SCENARIOS):
+            raise ConfigurationError(f"benchmark.scenarios={chosen}: choose among {list(SCENARIOS)}")
+        if o.get("patient_literacy", "high") not in LITERACY_OPTIONS:
+            raise ConfigurationError(f"benchmark.patient_literacy={o.get('patient_literacy')!r}: one of "
+                                     f"{list(LITERACY_OPTIONS)} (the original replays high)")
+        if not isinstance(o.get("explicit", False), bool):
+            raise ConfigurationError(f"benchmark.explicit={o.get('explicit')!r}: true (ask the explicit paraphrases: "
+                                     "the ablation) or false")
+        shards = o.get("record_shards", 4)
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ConfigurationError(f"benchmark.record_shards={shards!r}: an integer >= 1 (ServiceShard actors "
+                                     "holding the patients' records)")
+        check_world(Path(o["task_dir"]), o.get("world") or {}, "ehrbench.benchmarks.physassist.authoring")
+
+    def tasks(self) -> list[Session]:
+        return load_sessions(Path(self.options["task_dir"]), list(self.options["scenarios"]))
+
+    def resources(self) -> Resources:
+        return Resources(databases=(DB,), services={"records": int(self.options.get("record_shards", 4))})
+
+    def service(self, name: str, shard: int, shards: int, paths: dict[str, str]):
+        from ..agentehr.benchmark import patient_folders
+        from .tools import FhirRecords
+
+        if name != "records":
+            return super().service(name, shard, shards, paths)
+        return FhirRecords(patient_folders(paths)[DB])
+
+    def resolve_tasks(self, tasks: list[Session], paths: dict[str, str]) -> list[Session]:
+        """The per-patient files next to the run's MIMIC-IV file (built once); every session's patient must be there."""
+        from dataclasses import replace
+
+        from ..agentehr.benchmark import patient_folders
+
+        folder = patient_folders(paths)[DB]
+        missing = [s.key for s in tasks if not (folder / f"patient_{s.subject_id}.db").exists()]
+        if missing:
+            raise TaskFileError(f"{self.options['task_dir']}: {len(missing)} sessions name patients this database does "
+                                f"not have (e.g. {missing[0]}); write sessions for this world (authoring), or give "
+                                "your own MIMIC-IV with data.mimic_iv.path")
+        return [replace(s, folder=str(folder)) for s in tasks]
+
+    def episode(self, task: Session, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
+                seed: int) -> Episode:
+        from .tools import SessionTools
+
+        o = self.options
+        records = hosts.services["records"].for_patient(task.subject_id) if "records" in hosts.services \
+            else local_records(task.folder)
+        tools = SessionTools(records, task.subject_id, task.current_date, task.session_id)
+        if settings.agent == "reference":
+            agent = ReferenceAgent(task, ScriptedCall("agent", meter, settings.agent_latency_s))
+        else:
+            agent = PhysAssistAgent(settings.model_for("agent", meter), task, prompts(),
+                                    float(o.get("temperature", 0.2)), seed, int(o.get("max_tokens", 1024)))
+        judge = Judge(settings.model_for("grader", meter), prompts(), float(o.get("judge_temperature", 0.1))) \
+            if settings.grader_model else None
+        judge_name = f"physassist.judge:{settings.grader_model['name']}" if judge else ""
+
+        async def scored(record: TrialRecord) -> Score:
+            return await grade_session(task, record, judge, judge_name)
+        return Episode(tools, agent, scored)
+
+    def user(self, task: Session, settings: TrialSettings, meter: UsageMeter, seed: int, mistakes: list[str]):
+        facts = PatientFacts(task.patient_answers)
+        if settings.user == "llm":
+            patient = LlmPatient(settings.model_for("user", meter), facts, task.persona, prompts(), seed)
+        else:
+            patient = ReplayedPatient(facts, literacy_for(task, self.options.get("patient_literacy", "high")))
+        return SessionPeople(task, bool(self.options.get("explicit", False)), patient,
+                             ScriptedCall("user", meter, settings.user_latency_s) if settings.user != "llm" else None)
+
+    def report(self, records: list[TrialRecord], tasks: list[Session], k: int, out_dir: Path) -> Report:
+        return session_report(records, tasks, k, out_dir, bool(self.options.get("explicit", False)))
+
+    def prompts(self) -> dict[str, str]:
+        return {f"physassist.{name}": text for name, text in prompts().items()}
+
+
+async def grade_session(session: Session, record: TrialRecord, judge: Judge | None, judge_name: str) -> Score:
+    """Every turn by the rule grader, and by the judge when there is one (which then decides r_t); each item an
+    assessment with its rationale."""
+    parts: dict = {}
+    decided: list[float] = []
+    same = both = 0
+    for turn, work in zip(session.turns, turn_work(record.messages, len(session.turns))):
+        rules = rule_grade(turn, work)
+        rule_r = turn_score([d for d, _ in rules])
+        judged, reasons = (await judge.grade(turn, work, session.transcript)) if judge else (None, [])
+        judge_r = sum(judged) / len(judged) if judged else None
+        r = judge_r if judge else rule_r
+        tag = f"T{turn.index}"
+        parts[f"{tag}/type"], parts[f"{tag}/subtype"], parts[f"{tag}/source"] = turn.kind, turn.subtype or "", \
+            turn.tool_source
+        for name, value in (("rule", rule_r), ("judge", judge_r), ("r", r)):
+            if value is not None:
+                parts[f"{tag}/{name}"] = value
+        if judge and judged is None:
+            parts[f"{tag}/judge_error"] = reasons[0][:500]
+        if r is not None:
+            decided.append(r)
+        for j, (item, (ok, why)) in enumerate(zip(turn.items, rules)):
+            meta = {"turn": turn.index, "type": turn.kind, "item": item}
+            if ok is not None:
+                record.assessments.append({"name": f"{tag}/item{j + 1}/rule", "value": int(ok), "rationale": why,
+                                           "source_type": "CODE", "source_id": "ehrbench.physassist.rule_grader",
+                                           "metadata": meta})
+            if judged is not None:
+                record.assessments.append({"name": f"{tag}/item{j + 1}/judge", "value": judged[j],
+                                           "rationale": reasons[j], "source_type": "LLM_JUDGE",
+                                           "source_id": judge_name, "metadata": meta})
+                if ok is not None:
+                    both += 1
+                    same += int(ok) == judged[j]
+    parts["turns_decided"] = float(len(decided))
+    if both:
+        parts["agreement/items"], parts["agreement/same"] = float(both), float(same)
+    return Score(sum(decided) / len(decided) if decided else 0.0, parts)
+
+
+def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out_dir: Path,
+                   explicit: bool) -> Report:
+    """mRS, by tier, scenario, turn type, subtype and source; Pass@Turn and Pass@Session; judge agreement; plots."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ...tracking.plots import category_bars, threshold_curve
+
+    by_key = {s.key: s for s in tasks}
+    sessions: list[tuple[Session, list[float]]] = []
+    turns: dict[str, list[float]] = defaultdict(list)
+    same = items = 0.0
+    for r in records:
+        if not r.valid or r.task_key not in by_key:
+            continue
+        s = by_key[r.task_key]
+        scores = []
+        for t in s.turns:
+            value = r.score_parts.get(f"T{t.index}/r")
+            if value is None:
+                continue
+            scores.append(value)
+            for g in (t.kind, f"subtype/{t.subtype or 'T0'}", f"source/{t.tool_source}"):
+                turns[g].append(value)
+        same, items = same + r.score_parts.get("agreement/same", 0.0), items + r.score_parts.get("agreement/items", 0.0)
+        if scores:
+            sessions.append((s, scores))
+    metrics: dict[str, float] = {}
+    groups: dict[str, list[list[float]]] = defaultdict(list)
+    for s, scores in sessions:
+        for g in ("all", f"L{s.tier}", s.scenario):
+            groups[g].append(scores)
+    table = Table(title=f"PhysAssistBench over {k} trials per session ({'explicit' if explicit else 'implicit'} "
+                        "questions)")
+    for col in ("group", "sessions", "mRS", "@T.60", "@S.60", "@T.75", "@S.75"):
+        table.add_column(col, justify="left" if col == "group" else "right")
+    for g in sorted(groups, key=lambda g: (g != "all", not g.startswith("L"), g)):
+        values = groups[g]
+        prefix = "" if g == "all" else f"{g}/"
+        metrics[f"{prefix}mRS"] = 100 * sum(sum(v) / len(v) for v in values) / len(values)
+        flat = [x for v in values for x in v]
+        for tau in THRESHOLDS:
+            metrics[f"{prefix}pass_turn_{int(tau * 100)}"] = 100 * sum(x >= tau for x in flat) / len(flat)
+            metrics[f"{prefix}pass_session_{int(tau * 100)}"] = 100 * sum(all(x >= tau for x in v)
+                                                                         for v in values) / len(values)
+        table.add_row(g, str(len(values)), *(f"{metrics[f'{prefix}{m}']:.1f}" for m in (
+            "mRS", "pass_turn_60", "pass_session_60", "pass_turn_75", "pass_session_75")))
+    for g, values in turns.items():
+        metrics[f"turn_score/{g}"] = 100 * sum(values) / len(values)
+    metrics["sessions_scored"] = float(len(sessions))
+    if items:
+        metrics["judge_rule_agreement"] = 100 * same / items
+    console = Console(file=sys.stdout, width=110)
+    with console.capture() as cap:
+        console.print(table)
+        console.print("mean rubric score by turn type, subtype and source: " + ", ".join(
+            f"{g} {metrics[f'turn_score/{g}']:.1f}" for g in sorted(turns)))
+        if items:
+            console.print(f"rule grader and LLM judge agree on {metrics['judge_rule_agreement']:.1f}% of "
+                          f"{int(items)} items")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+    by_type = {t: metrics[f"turn_score/{t}"] for t in ("IL", "DG", "CR", "WU") if f"turn_score/{t}" in metrics}
+    if by_type:
+        files.append(category_bars(by_type, out_dir / "score_by_turn_type.png", "Rubric score by turn type",
+                                   "mean r_t x 100"))
+    if sessions:
+        taus = [i / 20 for i in range(21)]
+        curve = [100 * sum(all(x >= tau for x in v) for _, v in sessions) / len(sessions) for tau in taus]
+        files.append(threshold_curve(taus, curve, out_dir / "pass_session_by_threshold.png",
+                                     "Pass@Session against the threshold", "tau", "sessions passing (percent)"))
+    headline = {m: metrics[m] for m in ("mRS", "pass_session_60", "pass_session_75") if m in metrics}
+    return Report(cap.get(), metrics, headline=headline, files=files)
