@@ -106,7 +106,7 @@ def test_an_unregistered_benchmark_is_refused_with_the_known_ones(tmp_path):
                          capture_output=True, text=True, timeout=120, env={**os.environ})
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("ehrbench: benchmark.name='nope' is not registered; known: "
-                                                          "['agentehr', 'clinsql', 'ehragent', 'ehrchatqa']")
+                                                          "['agentehr', 'clinsql', 'ehragent', 'ehrchatqa', 'physassist']")
 
 
 def test_usable_cpus_honours_a_container_s_cgroup_quota(tmp_path):

@@ -593,6 +593,16 @@ def author(source: Path, folder: Path, per_cell: int, seed: int) -> dict[str, li
     return out
 
 
+def write(sessions: dict[str, list[dict]], out: Path, world: dict, session_seed: int) -> None:
+    """<scenario>.jsonl per scenario and manifest.json (the world they were written from)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for scenario, items in sessions.items():
+        (out / f"{scenario}.jsonl").write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in items))
+    (out / "manifest.json").write_text(json.dumps({
+        "generator": "ehrbench.benchmarks.physassist.authoring", "world": world, "session_seed": session_seed,
+        "sessions": {s: len(v) for s, v in sessions.items()}}, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     from ...schemas import WorldSpec, build_database
     from ...world.generator import WorldSize
@@ -609,12 +619,7 @@ def main(argv: list[str] | None = None) -> None:
     source = build_database("mimic_iv", WorldSpec(seed=args.seed, size=WorldSize(scale=args.scale)), Path(args.root))
     sessions = author(source, split_patients(source, source.parent), args.per_cell, args.session_seed)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for scenario, items in sessions.items():
-        (out / f"{scenario}.jsonl").write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in items))
-    (out / "manifest.json").write_text(json.dumps({
-        "generator": "ehrbench.benchmarks.physassist.authoring", "world": {"seed": args.seed, "scale": args.scale},
-        "session_seed": args.session_seed, "sessions": {s: len(v) for s, v in sessions.items()}}, indent=2) + "\n")
+    write(sessions, out, {"seed": args.seed, "scale": args.scale}, args.session_seed)
     print(f"{sum(map(len, sessions.values()))} sessions written to {out}: "
           + ", ".join(f"{s} {len(v)}" for s, v in sessions.items()))
 

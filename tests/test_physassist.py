@@ -1,0 +1,347 @@
+"""PhysAssistBench: the FHIR tools (date bound, argument cleaning, one patient per session, validated writes that stay
+with the session), the patient (withheld facts released by name), the rule grader (each check can fail), the judge's
+verdicts, the session loader (the original's format, errors naming file, session and field), the agent's turn loop,
+and the main job (the reference at mRS 100 through Ray and MLflow; the real clients, the original's judge and the
+live patient through the fake server) on sessions written from a small world."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from ehrbench.benchmark import TaskFileError
+from ehrbench.benchmarks.agentehr.patient_db import split_patients
+from ehrbench.benchmarks.physassist import authoring
+from ehrbench.benchmarks.physassist.agent import NUDGES, PhysAssistAgent
+from ehrbench.benchmarks.physassist.benchmark import prompts
+from ehrbench.benchmarks.physassist.fhir import run_search
+from ehrbench.benchmarks.physassist.grading import TurnWork, read_verdict, rule_grade, turn_score
+from ehrbench.benchmarks.physassist.patient import NOT_SURE, PatientFacts, ReplayedPatient
+from ehrbench.benchmarks.physassist.sessions import load_sessions
+from ehrbench.benchmarks.physassist.tools import FhirRecords, SessionTools
+from ehrbench.llm.base import ChatResponse
+from ehrbench.runtime.hosts import InProcess
+from ehrbench.schemas import WorldSpec, build_database
+from ehrbench.trial import Message, ToolCall
+from ehrbench.world.generator import WorldSize
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALE = 0.5
+SCENARIOS = ["diagnostic_workup", "med_safety", "treatment_response", "discharge_planning"]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Sessions written from a small world (one per scenario and tier), the database under gen/ for the main job."""
+    root = tmp_path_factory.mktemp("physassist")
+    source = build_database("mimic_iv", WorldSpec(seed=0, size=WorldSize(scale=SCALE), dictionary="used"),
+                            root / "gen")
+    folder = split_patients(source, source.parent)
+    authoring.write(authoring.author(source, folder, 1, 7), root / "tasks", {"seed": 0, "scale": SCALE}, 7)
+    return {"root": root, "folder": folder, "tasks": root / "tasks", "sessions": load_sessions(root / "tasks",
+                                                                                               SCENARIOS)}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def _tools(small, session):
+    return SessionTools(InProcess(FhirRecords(small["folder"])), session.subject_id, session.current_date,
+                        session.session_id)
+
+
+def test_searches_stop_at_the_session_date_clean_arguments_and_reach_one_patient(small):
+    from ehrbench.benchmarks.physassist.adapter import PatientRecord
+
+    later = None
+    for s in small["sessions"]:
+        record = PatientRecord(small["folder"] / f"patient_{s.subject_id}.db", small["folder"] / "reference.db")
+        if record.rows("SELECT 1 FROM labevents WHERE charttime >= ?", (s.current_date,)):
+            later = (s, record)
+            break
+    assert later is not None, "the fixture needs a session whose patient has results on or after its current date"
+    s, record = later
+    args = {"subject_id": s.subject_id, "category": "laboratory", "_count": 1000}
+    bounded = run_search(record, "Observation.search", args, s.current_date)
+    dates = [e["resource"]["effectiveDateTime"] for e in bounded["entry"]]
+    assert dates and max(dates) < s.current_date                 # a bare day: that day's timed results are out too
+    assert run_search(record, "Observation.search", {**args, "date_to": "9999-12-31"}, s.current_date) == bounded
+    earlier = run_search(record, "Observation.search", {**args, "date_to": min(dates)[:10]}, s.current_date)
+    assert earlier.get("resourceType") == "OperationOutcome" or all(
+        e["resource"]["effectiveDateTime"] <= min(dates)[:10] for e in earlier["entry"])
+    label = bounded["entry"][0]["resource"]["code"]["text"]
+    by_code = run_search(record, "Observation.search", {**args, "code": label}, s.current_date)
+    assert run_search(record, "Observation.search", {**args, "test_name": label, "hadm_id": 0, "date_from": " ",
+                                                     "bogus": 1}, s.current_date) == by_code    # alias, placeholders
+    other = s.subject_id + 1
+    assert run_search(record, "Observation.search", {**args, "subject_id": other}, s.current_date) == {
+        "resourceType": "OperationOutcome", "issue": [{"severity": "error", "diagnostics":
+                                                       f"No observations found for Patient/{other} category="
+                                                       "laboratory"}]}
+    assert run_search(record, "Patient.read", {"subject_id": other}, s.current_date)["issue"][0]["diagnostics"] == \
+        f"Patient/{other} not found"
+    assert run_search(record, "Observation.search", {"subject_id": "abc"}, s.current_date)["error"].startswith(
+        "Bad arguments for Observation.search")
+    text = run(_tools(small, s).call("Observation__search", {**args, "code": label}))
+    assert text.startswith(f"({by_code['total']} results)\n  - {label}: ")           # compacted as the original
+    assert run(_tools(small, s).call("Nope__search", {})) == '{"error": "Unknown tool: Nope.search"}'
+
+
+def test_writes_are_validated_fhir_kept_with_the_session_and_never_touch_the_record(small):
+    s = small["sessions"][0]
+    path = small["folder"] / f"patient_{s.subject_id}.db"
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    tools = _tools(small, s)
+    ok = run(tools.call("MedicationRequest__create", {"subject_id": s.subject_id, "medication": "Furosemide",
+                                                      "dose": "40 mg", "route": "PO", "frequency": "BID"}))
+    assert ok == f"MedicationRequest created: id=MR-sim-{s.subject_id}-1 status=active"
+    created = tools.writes[0]
+    assert created["dosageInstruction"][0]["doseAndRate"][0]["doseQuantity"] == {"value": 40, "unit": "mg"}
+    assert created["authoredOn"] == s.current_date and created["subject"] == {"reference": f"Patient/{s.subject_id}"}
+    refused = {
+        "ServiceRequest__create": ({"subject_id": s.subject_id, "service_type": "home-health", "priority": "soon"},
+                                   "priority 'soon' is not one of ['routine', 'urgent', 'asap']"),
+        "Flag__create": ({"subject_id": s.subject_id, "category": "safety", "code": "FALL"},
+                         "missing required argument 'detail'"),
+        "MedicationRequest__create": ({"subject_id": s.subject_id + 1, "medication": "x", "dose": "1 mg",
+                                       "route": "PO", "frequency": "daily"}, "is not this session's patient"),
+    }
+    for name, (args, why) in refused.items():
+        out = json.loads(run(tools.call(name, args)))
+        assert out["resourceType"] == "OperationOutcome" and why in out["issue"][0]["diagnostics"], out
+    bad_date = json.loads(run(tools.call("ServiceRequest__create", {
+        "subject_id": s.subject_id, "service_type": "home-health", "priority": "routine", "target_date": "next week"})))
+    assert "not a valid FHIR R4B ServiceRequest: occurrenceDateTime" in bad_date["issue"][0]["diagnostics"]
+    assert len(tools.writes) == 1
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_the_patient_admits_a_withheld_fact_only_when_its_drug_is_named():
+    def answer(tool, topic, high, withheld=False):
+        return {"tool": tool, "topic": topic, "withheld": withheld,
+                "responses": {"high": high, "medium": high.upper(), "low": high.lower()}}
+    adherence = "patient.get_medication_adherence"
+    facts = PatientFacts((answer(adherence, "", "I take everything."),
+                          answer(adherence, "lisinopril", "I stopped the Lisinopril.", withheld=True),
+                          answer(adherence, "metformin", "I take the Metformin daily.")))
+    patient = ReplayedPatient(facts, "high")
+    assert run(patient.answer(adherence, {})) == "I take everything."
+    assert run(patient.answer(adherence, {"drug": "Metformin 500 mg"})) == "I take the Metformin daily."
+    assert run(patient.answer(adherence, {"drug": "aspirin"})) == "I take everything."    # another name: no reveal
+    assert run(patient.answer(adherence, {"drug": "LISINOPRIL"})) == "I stopped the Lisinopril."
+    assert run(patient.answer("patient.get_pain_assessment", {})) == NOT_SURE
+    assert run(ReplayedPatient(facts, "low").answer(adherence, {"drug": "lisinopril"})) == \
+        "i stopped the lisinopril."
+
+
+def test_the_rule_grader_passes_the_gold_and_fails_each_kind_of_mistake(small):
+    for s in small["sessions"]:
+        for t in s.turns:
+            calls = [(a["name"], a["arguments"]) for a in t.gold_actions]
+            assert turn_score([d for d, _ in rule_grade(t, TurnWork(t.question, t.gold_answer, calls))]) == 1.0
+    turns = [t for s in small["sessions"] for t in s.turns]
+    cited = next(t for t in turns if t.kind != "WU" and any(c and c["kind"] == "cites" for c in t.checks))
+    i = next(i for i, c in enumerate(cited.checks) if c and c["kind"] == "cites")
+    value = cited.checks[i]["value"]
+    wrong = cited.gold_answer.replace(str(value), str(value + 7))
+    assert rule_grade(cited, TurnWork("", wrong, []))[i][0] is False
+    write = next(t for t in turns if any(c and c["kind"] == "write" and "value" in c for c in t.checks))
+    j = next(j for j, c in enumerate(write.checks) if c and c["kind"] == "write" and "value" in c)
+    gold = [(a["name"], a["arguments"]) for a in write.gold_actions]
+    tool, field = write.checks[j]["tool"], write.checks[j]["field"]
+    changed = [(n, {**a, field: "999 mg"}) if n == tool else (n, a) for n, a in gold]
+    assert rule_grade(write, TurnWork("", write.gold_answer, changed))[j][0] is False
+    assert all(d is False for (d, _), c in zip(rule_grade(write, TurnWork("", write.gold_answer, [])), write.checks)
+               if c["kind"] == "write")                                              # no write call: every field fails
+    safety = next(t for t in turns if any(c and c["kind"] == "absent" for c in t.checks))
+    k = next(k for k, c in enumerate(safety.checks) if c and c["kind"] == "absent")
+    unsafe = safety.gold_answer + f" Also give {safety.checks[k]['any'][0]}."
+    assert rule_grade(safety, TurnWork("", unsafe, []))[k][0] is False
+    assert turn_score([True, None]) is None                  # an item without a check: the rule grader cannot decide
+
+
+def test_judge_verdicts_are_read_as_the_original_reads_them():
+    assert read_verdict('```json\n{"scores": [1, "yes", 0], "reasoning": ["a", "b", "c"]}\n```', 3) == (
+        [1, 1, 0], ["a", "b", "c"])
+    assert read_verdict('{"scores": [1]}', 3) == ([1, 0, 0], ["", "", ""])          # padded with NO
+    assert read_verdict('[{"score": 1, "rationale": "x"}, {"pass": false}]', 2) == ([1, 0], ["x", ""])
+    assert read_verdict("All items pass.", 2) is None                              # an error, never a pass
+    assert read_verdict('{"verdict": "pass"}', 1) is None
+
+
+def test_the_loader_reads_the_original_format_and_names_what_is_wrong(small, tmp_path):
+    entry = json.loads((small["tasks"] / "med_safety.jsonl").read_text().splitlines()[0])
+    original = {k: v for k, v in entry.items() if k not in ("rubric_checks", "patient_answers")}
+    (tmp_path / "med_safety.jsonl").write_text(json.dumps(original) + "\n")
+    [s] = load_sessions(tmp_path, ["med_safety"])
+    assert all(c is None for t in s.turns for c in t.checks) and s.turns[0].items == tuple(entry["rubrics"][0])
+    patient_calls = [a for step in original["answer_list"] for a in step if a["action"]["name"].startswith("patient.")]
+    assert len(s.patient_answers) == len(patient_calls)              # the gold interview calls' stored variants
+    cases = {
+        "rubrics": (lambda e: e.update(rubrics=e["rubrics"][:3]), "field `rubrics` has 3 entries for 4 turns"),
+        "gold": (lambda e: e["answer_list"][2].pop(), "answer_list[2]: no prepare_to_answer action"),
+        "scenario": (lambda e: e.update(clinical_scenario="icu"), "field `clinical_scenario` is 'icu'"),
+        "tier": (lambda e: e.update(difficulty_level=5), "field `difficulty_level` is 5"),
+        "subject": (lambda e: e.pop("subject_id"), "field `subject_id` is missing"),
+    }
+    for name, (spoil, message) in cases.items():
+        bad = json.loads(json.dumps(original))
+        spoil(bad)
+        (tmp_path / "med_safety.jsonl").write_text(json.dumps(bad) + "\n")
+        with pytest.raises(TaskFileError) as e:
+            load_sessions(tmp_path, ["med_safety"])
+        assert f"med_safety.jsonl: session {original['id']!r}" in str(e.value) and message in str(e.value), name
+    (tmp_path / "med_safety.jsonl").write_text((json.dumps(original) + "\n") * 2)
+    with pytest.raises(TaskFileError, match="appears twice"):
+        load_sessions(tmp_path, ["med_safety"])
+
+
+class _Scripted:
+    """A model that answers from a list and keeps what it was asked."""
+
+    def __init__(self, *responses):
+        self.responses, self.requests = list(responses), []
+
+    async def complete(self, request):
+        self.requests.append(request)
+        return self.responses.pop(0)
+
+
+def test_the_agent_runs_parallel_calls_answers_after_prepare_and_is_nudged_when_rounds_run_out(small):
+    s = small["sessions"][0]
+    call = lambda name, i: ToolCall(name, {"subject_id": s.subject_id}, f"c{i}")   # noqa: E731
+    model = _Scripted(ChatResponse("Potassium is 4.1.", [call("Observation__search", 1), call("prepare_to_answer", 2)]))
+    agent = PhysAssistAgent(model, s, prompts())
+    history = [Message("user", s.turns[0].question)]
+    first = run(agent.act(history))
+    assert first.tool_call.name == "Observation__search" and first.content is None
+    history += [first, Message("tool", "(1 results)", tool_call_id="c1")]
+    second = run(agent.act(history))
+    assert second.tool_call.name == "prepare_to_answer" and len(model.requests) == 1     # one round, two calls
+    history += [second, Message("tool", "{}", tool_call_id="c2")]
+    assert run(agent.act(history)).content == "Potassium is 4.1."
+    opening = model.requests[0].messages[:2]
+    assert opening[0].content.startswith(f"[Environment Info]\n{s.env_info}\nsubject_id: {s.subject_id}")
+    assert len(model.requests[0].tools) == 18 and {"Observation__search", "patient__get_pain_assessment"} <= {
+        t["name"] for t in model.requests[0].tools}
+    # a new turn: 8 rounds of calls, then the nudge (no tools), which an empty reply repeats up to 3 times
+    model = _Scripted(*[ChatResponse(None, [call("Observation__search", 10 + i)]) for i in range(8)],
+                      *[ChatResponse("")] * NUDGES)
+    agent = PhysAssistAgent(model, s, prompts())
+    history = [Message("user", s.turns[0].question)]
+    for i in range(8):
+        step = run(agent.act(history))
+        history += [step, Message("tool", "(0 results)", tool_call_id=step.tool_call.id)]
+    assert run(agent.act(history)).content == "[Error generating final answer]"
+    nudges = model.requests[8:]
+    assert len(nudges) == NUDGES and all(r.tools is None and r.messages[-1].content == prompts()["nudge"]
+                                         for r in nudges)
+
+
+def _main(args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "ehrbench", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def _world_args(small, tmp_path):
+    return [f"benchmark.task_dir={small['tasks']}", f"data.scale={SCALE}", "data.dictionary=used",
+            f"data.root={small['root'] / 'gen'}", f"hydra.run.dir={tmp_path / 'out'}"]
+
+
+def test_the_reference_scores_mrs_100_with_the_rule_grader_through_ray_and_mlflow(small, ray_cluster, tmp_path):
+    store = tmp_path / "mlruns"
+    out = _main(["benchmark=physassist", "trials=2", "benchmark.record_shards=2", f"tracking.root={store}",
+                 f"runtime.address={ray_cluster.address}", *_world_args(small, tmp_path)])
+    assert out.returncode == 0, out.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run_] = mlflow.search_runs(experiment_names=["physassist"], output_format="list")
+    m = run_.data.metrics
+    n = len(small["sessions"])
+    assert m["mRS"] == 100.0 and m["pass_session_75"] == 100.0 and m["pass_turn_60"] == 100.0
+    assert m["sessions_scored"] == 2 * n and all(m[f"L{t}/mRS"] == 100.0 for t in (1, 2, 3))
+    assert all(m[f"{sc}/mRS"] == 100.0 for sc in SCENARIOS) and m["turn_score/WU"] == 100.0
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_.info.run_id)}
+    assert {"score_by_turn_type.png", "pass_session_by_threshold.png"} <= artifacts
+    traces = mlflow.search_traces(locations=[run_.info.experiment_id], return_type="list")
+    rules = [a for tr in traces for a in tr.info.assessments if a.name.endswith("/rule")]
+    assert rules and {a.source.source_type for a in rules} == {"CODE"} and {a.value for a in rules} == {1}
+
+
+def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fake_server(small, ray_cluster,
+                                                                                          tmp_path):
+    """`model=gpt-4o` (the OpenAI client) answers each turn after one call; the patient is `gemini-2.0-flash` (in a
+    UserSimulator actor, reached by the interview tool through it), the
+    judge `gemini-2.5-flash` (the google-genai client); one unreadable verdict drops its turn from the scores."""
+    from .fake_llm_server import FakeLLMServer, Reply
+
+    session = next(s for s in small["sessions"] if "patient" in [t.tool_source for t in s.turns])
+    entry = next(json.loads(line) for line in (small["tasks"] / f"{session.scenario}.jsonl").read_text().splitlines()
+                 if json.loads(line)["id"] == session.key)
+    one = tmp_path / "tasks"
+    one.mkdir()
+    (one / f"{session.scenario}.jsonl").write_text(json.dumps(entry) + "\n")
+    (one / "manifest.json").write_text((small["tasks"] / "manifest.json").read_text())
+    agent = []
+    for t in session.turns:
+        first = t.gold_actions[0]
+        args = {"subject_id": session.subject_id, "session_id": session.session_id, **first["arguments"]} \
+            if first["name"].startswith("patient.") else first["arguments"]
+        agent += [Reply(tool=first["name"].replace(".", "__"), args=args), Reply(text=t.gold_answer)]
+    verdicts = [Reply(text=json.dumps({"scores": [1] * len(t.items), "reasoning": ["ok"] * len(t.items)}))
+                for t in session.turns]
+    verdicts[1] = Reply(text="I think it is fine.")                      # unreadable: turn 1 leaves the scores
+    verdicts[2] = Reply(text=json.dumps({"scores": [0] + [1] * (len(session.turns[2].items) - 1)}))
+    server = FakeLLMServer().start()
+    try:
+        server.push(*agent, model="gpt-4o")
+        server.push(Reply(text="Well, doctor, it has been hard, as I said."), model="gemini-2.0-flash")
+        server.push(*verdicts, model="gemini-2.5-flash")
+        store = tmp_path / "mlruns"
+        out = _main(["benchmark=physassist", "benchmark.scenarios=[" + session.scenario + "]", "trials=1",
+                     "model=gpt-4o", f"model.base_url={server.url}/v1", "user=gemini-2.0-flash",
+                     f"+user.model.base_url={server.url}", "grader=gemini-2.5-flash",
+                     f"+grader.model.base_url={server.url}", "validator=none", "runtime.user_simulators=1",
+                     f"tracking.root={store}",
+                     f"runtime.address={ray_cluster.address}", *_world_args(small, tmp_path)[1:],
+                     f"benchmark.task_dir={one}"])
+        asked = server.requests_for("gpt-4o")
+        patient = server.requests_for("gemini-2.0-flash")
+        judged = server.requests_for("gemini-2.5-flash")
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(asked) == 8 and len(patient) == 1 and len(judged) == 4
+    first = asked[0].body
+    assert first["messages"][0]["content"].startswith("You are a clinical decision support agent")
+    assert first["messages"][1]["content"].startswith("[Environment Info]\nsession_id: ")
+    assert len(first["tools"]) == 18 and first["temperature"] == 0.2
+    system = patient[0].body["systemInstruction"]["parts"][0]["text"]
+    assert system.startswith("You are simulating a patient in a clinical interview with a doctor.")
+    assert f"Health literacy: {session.persona['health_literacy']}" in system
+    tool_results = [m["content"] for m in asked[-1].body["messages"] if m["role"] == "tool"]
+    assert "Well, doctor, it has been hard, as I said." in tool_results          # the live patient's words
+    texts = [r.body["contents"][-1]["parts"][0]["text"] for r in judged]
+    systems = [r.body["systemInstruction"]["parts"][0]["text"] for r in judged]
+    for t, text, system in zip(session.turns, texts, systems):
+        assert text.startswith(f"Clinical question: {t.question}")
+        assert system.startswith("You are a parameter-level evaluator" if t.kind == "WU" else
+                                 "You are a clinical QA evaluator for an EHR benchmark.")
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run_] = mlflow.search_runs(experiment_names=["physassist"], output_format="list")
+    m = run_.data.metrics
+    third = (len(session.turns[2].items) - 1) / len(session.turns[2].items)
+    assert m["mRS"] == pytest.approx(100 * (1 + third + 1) / 3)        # turn 1 dropped, turn 2 one item short
+    assert m["calls/grader"] == 4 and m["calls/user"] == 1 and m["calls/agent"] == 8
+    assert m["judge_rule_agreement"] < 100.0
+    [trace] = mlflow.search_traces(locations=[run_.info.experiment_id], return_type="list")
+    judge = [a for a in trace.info.assessments if a.name.endswith("/judge")]
+    assert judge and {a.source.source_type for a in judge} == {"LLM_JUDGE"}
+    assert not any(a.name.startswith("T1/") and a.name.endswith("/judge") for a in judge)
