@@ -2,13 +2,16 @@
 with the session), the patient (withheld facts released by name), the rule grader (each check can fail), the judge's
 verdicts, the session loader (the original's format, errors naming file, session and field), the agent's turn loop,
 and the main job (the reference at mRS 100 through Ray and MLflow; the real clients, the original's judge and the
-live patient through the fake server) on sessions written from a small world."""
+live patient through the fake server) on sessions written from a small world; the MedAgentBench-style set (its
+references recomputed from what the GETs return, refsol failing each kind of mistake, 100 through Ray, the real
+client's text protocol through the fake server)."""
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +48,7 @@ def small(tmp_path_factory):
                             root / "gen")
     folder = split_patients(source, source.parent)
     authoring.write(authoring.author(source, folder, 1, 7), root / "tasks", {"seed": 0, "scale": SCALE}, 7)
+    authoring.write_medagent(folder, root / "tasks", 7, per_category=3)
     return {"root": root, "folder": folder, "tasks": root / "tasks", "sessions": load_sessions(root / "tasks",
                                                                                                SCENARIOS)}
 
@@ -345,3 +349,154 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     judge = [a for a in trace.info.assessments if a.name.endswith("/judge")]
     assert judge and {a.source.source_type for a in judge} == {"LLM_JUDGE"}
     assert not any(a.name.startswith("T1/") and a.name.endswith("/judge") for a in judge)
+
+
+# ---- the MedAgentBench-style set ----------------------------------------------------------------------------------
+
+def _medagent(small):
+    from ehrbench.benchmarks.physassist.medagent import load_medagent
+
+    return load_medagent(small["tasks"] / "medagent.json")
+
+
+def _bundle_of(text: str) -> dict:
+    prefix = "Here is the response from the GET request:\n"
+    assert text.startswith(prefix), text[:200]
+    return json.loads(text[len(prefix):text.rindex(". Please call FINISH")])
+
+
+def test_medagent_references_follow_from_what_the_gets_return(small):
+    """An oracle apart from authoring: each value task's answer recomputed from the GET's Bundle (its 24-hour
+    window, latest, mean), and nothing the GET returns lies after the task's now."""
+    from datetime import datetime, timedelta
+
+    from ehrbench.benchmarks.physassist.medagent import MedAgentTools
+
+    tasks = _medagent(small)
+    assert {t.category for t in tasks} == {f"task{i}" for i in range(1, 11)}
+    records = InProcess(FhirRecords(small["folder"]))
+    checked = 0
+    for t in tasks:
+        get = next((s for s in t.ref["steps"] if s.startswith("GET")), None)
+        if get is None or t.category in ("task1", "task2"):
+            continue
+        entries = _bundle_of(run(MedAgentTools(records, t).call("GET", {"url": get[3:].strip()})))["entry"]
+        values = [(e["resource"]["effectiveDateTime"], e["resource"]["valueQuantity"]["value"]) for e in entries]
+        assert all(when <= t.now for when, _ in values)
+        since = (datetime.fromisoformat(t.now[:19]) - timedelta(hours=24)).strftime("%Y-%m-%dT%H:%M:%S")
+        recent = [v for v in values if v[0][:19] >= since]
+        first_latest = lambda vs: next(v for v in vs if v[0] == max(w for w, _ in vs))  # noqa: E731 - refsol: the
+        latest = first_latest(values) if values else None                              # first of equal times
+        expected = {"task4": [first_latest(recent)[1]] if recent else [-1],
+                    "task5": [first_latest(recent)[1]] if recent else [-1],
+                    "task6": [sum(v for _, v in recent) / len(recent)] if recent else [-1],
+                    "task7": [latest[1]] if latest else [-1], "task9": [latest[1]] if latest else [-1],
+                    "task10": [latest[1], latest[0]] if latest else [-1]}[t.category]
+        assert t.ref["answer"] == pytest.approx(expected) if t.category == "task6" else t.ref["answer"] == expected, t.key
+        checked += 1
+    assert checked >= 15
+    people = run(records.find_patients(None, None, None))
+    for t in (t for t in tasks if t.category == "task1"):
+        gender, age = re.search(r"of the (\w+) patient aged (\d+)\?", t.instruction).groups()
+        match = [p["id"] for p in people if p["gender"] == gender and str(p["_anchor_age"]) == age]
+        assert t.ref["answer"] == (match if match else ["Patient not found"])
+
+
+def _record_of(task, steps):
+    """A finished trial's messages for a list of replies (GET/POST answered as the server answers)."""
+    from ehrbench.benchmarks.physassist.medagent import POST_OK, parse_action
+    from ehrbench.trial import TrialRecord
+
+    messages = [{"role": "user", "content": "prompt"}]
+    for text in steps:
+        m = parse_action(text)
+        call = {"name": m.tool_call.name, "arguments": m.tool_call.arguments, "id": "c"} if m.tool_call else None
+        messages.append({"role": "assistant", "content": m.content, "tool_call": call})
+        if call:
+            ok = call["name"] == "GET" or _parses(call["arguments"]["payload"])
+            messages.append({"role": "tool", "content": POST_OK if call["name"] == "POST" and ok else "x"})
+    return TrialRecord(task.key, 0, "answered", None, messages=messages)
+
+
+def _parses(text):
+    try:
+        json.loads(text)
+        return True
+    except json.JSONDecodeError:
+        return False
+
+
+def test_refsol_passes_the_reference_and_fails_each_kind_of_mistake(small):
+    from ehrbench.benchmarks.physassist.refsol import grade
+
+    tasks = _medagent(small)
+    for t in tasks:
+        steps = t.ref["steps"] + [f"FINISH({json.dumps(t.ref['answer'])})"]
+        assert grade(t, _record_of(t, steps)) == (True, "passed"), t.key
+    ordered = [t for t in tasks if any(s.startswith("POST") for s in t.ref["steps"])]
+    assert {t.category for t in ordered} >= {"task3", "task8"}
+    for t in ordered:
+        finish = f"FINISH({json.dumps(t.ref['answer'])})"
+        posts = [s for s in t.ref["steps"] if s.startswith("POST")]
+        gets = [s for s in t.ref["steps"] if s.startswith("GET")]
+        assert grade(t, _record_of(t, gets + [finish]))[0] is False                     # the order left out
+        assert grade(t, _record_of(t, gets + posts + posts[:1] + [finish]))[0] is False  # one too many
+        first, _, body = posts[0].partition("\n")
+        payload = json.loads(body)
+        payload["subject"] = {"reference": "Patient/1"}
+        assert grade(t, _record_of(t, gets + [f"{first}\n{json.dumps(payload)}"] + posts[1:] + [finish]))[0] is False
+        assert grade(t, _record_of(t, gets + [first + "\n{not json"] + posts[1:] + [finish]))[0] is False
+    valued = next(t for t in tasks if t.category == "task7")
+    gets = [s for s in valued.ref["steps"] if s.startswith("GET")]
+    assert grade(valued, _record_of(valued, gets + [f"FINISH([{valued.ref['answer'][0] + 1}])"]))[0] is False
+    assert grade(valued, _record_of(valued, gets + ["The answer is 5."]))[1].startswith("no FINISH")
+    unordered = [t for t in tasks if t.category in ("task5", "task9") and len(t.ref["steps"]) == 1]
+    for t in unordered:                                  # nothing was due: an order fails it
+        extra = f'POST {"http://localhost:8080/fhir/"}MedicationRequest\n{{"resourceType": "MedicationRequest"}}'
+        assert grade(t, _record_of(t, t.ref["steps"] + [extra, f"FINISH({json.dumps(t.ref['answer'])})"]))[0] is False
+
+
+def test_medagent_reference_scores_100_through_ray(small, ray_cluster, tmp_path):
+    store = tmp_path / "mlruns"
+    out = _main(["benchmark=physassist_medagent", "trials=1", f"tracking.root={store}",
+                 f"runtime.address={ray_cluster.address}", *_world_args(small, tmp_path)])
+    assert out.returncode == 0, out.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run_] = mlflow.search_runs(experiment_names=["physassist"], output_format="list")
+    m = run_.data.metrics
+    assert m["SR"] == m["query/SR"] == m["action/SR"] == 100.0 and all(m[f"task{i}/SR"] == 100.0
+                                                                       for i in range(1, 11))
+
+
+def test_medagent_text_protocol_with_the_real_openai_client_through_the_fake_server(small, ray_cluster, tmp_path):
+    """GET (the Bundle comes back as the user's next message), a malformed POST ("Invalid POST request"), FINISH."""
+    from .fake_llm_server import FakeLLMServer, Reply
+
+    task = next(t for t in _medagent(small) if t.category == "task7")
+    one = tmp_path / "tasks"
+    one.mkdir()
+    (one / "medagent.json").write_text(json.dumps([task.raw]))
+    (one / "manifest.json").write_text((small["tasks"] / "manifest.json").read_text())
+    server = FakeLLMServer().start()
+    try:
+        server.push(Reply(text="```tool_code\n" + task.ref["steps"][0] + "\n```"),
+                    Reply(text="POST http://localhost:8080/fhir/Observation\n{oops"),
+                    Reply(text=f"FINISH({json.dumps(task.ref['answer'])})"), model="gpt-4o")
+        store = tmp_path / "mlruns"
+        out = _main(["benchmark=physassist_medagent", "trials=1", "model=gpt-4o", f"model.base_url={server.url}/v1",
+                     f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
+                     *_world_args(small, tmp_path)[1:], f"benchmark.task_dir={one}"])
+        asked = server.requests_for("gpt-4o")
+    finally:
+        server.stop()
+    assert out.returncode == 0, out.stderr[-3000:]
+    first = asked[0].body["messages"]
+    assert len(first) == 1 and first[0]["role"] == "user" and first[0]["content"].startswith(
+        "You are an expert in using FHIR functions") and "Question: " + task.instruction in first[0]["content"]
+    assert "tools" not in asked[0].body
+    third = asked[2].body["messages"]
+    assert [m["role"] for m in third] == ["user", "assistant", "user", "assistant", "user"]
+    assert _bundle_of(third[2]["content"])["resourceType"] == "Bundle" and third[4]["content"] == "Invalid POST request"
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run_] = mlflow.search_runs(experiment_names=["physassist"], output_format="list")
+    assert run_.data.metrics["SR"] == 100.0 and run_.data.metrics["calls/agent"] == 3

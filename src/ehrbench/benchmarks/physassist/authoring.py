@@ -603,6 +603,16 @@ def write(sessions: dict[str, list[dict]], out: Path, world: dict, session_seed:
         "sessions": {s: len(v) for s, v in sessions.items()}}, indent=2) + "\n")
 
 
+def write_medagent(folder: Path, out: Path, seed: int, per_category: int = 10) -> list[dict]:
+    """medagent.json: MedAgentBench's ten categories on the world's patients (`medagent.author_medagent`)."""
+    from .medagent import author_medagent
+    from .tools import FhirRecords
+
+    tasks = author_medagent(FhirRecords(folder), random.Random(f"{seed}/medagent"), per_category)
+    (out / "medagent.json").write_text("[\n" + ",\n".join(json.dumps(t, ensure_ascii=False) for t in tasks) + "\n]\n")
+    return tasks
+
+
 def main(argv: list[str] | None = None) -> None:
     from ...schemas import WorldSpec, build_database
     from ...world.generator import WorldSize
@@ -617,11 +627,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-cell", type=int, default=9, help="sessions per scenario and tier (the issue's 9)")
     args = parser.parse_args(argv)
     source = build_database("mimic_iv", WorldSpec(seed=args.seed, size=WorldSize(scale=args.scale)), Path(args.root))
-    sessions = author(source, split_patients(source, source.parent), args.per_cell, args.session_seed)
+    folder = split_patients(source, source.parent)
+    sessions = author(source, folder, args.per_cell, args.session_seed)
     out = Path(args.out)
     write(sessions, out, {"seed": args.seed, "scale": args.scale}, args.session_seed)
+    tasks = write_medagent(folder, out, args.session_seed)
     print(f"{sum(map(len, sessions.values()))} sessions written to {out}: "
-          + ", ".join(f"{s} {len(v)}" for s, v in sessions.items()))
+          + ", ".join(f"{s} {len(v)}" for s, v in sessions.items()) + f"; {len(tasks)} MedAgentBench-style tasks")
 
 
 if __name__ == "__main__":

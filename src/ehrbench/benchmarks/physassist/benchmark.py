@@ -64,6 +64,9 @@ class PhysAssistBenchmark(Benchmark):
         chosen = list(o.get("scenarios") or [])
         if not chosen or not set(chosen) <= set(SCENARIOS):
             raise ConfigurationError(f"benchmark.scenarios={chosen}: choose among {list(SCENARIOS)}")
+        if o.get("task_set", "sessions") not in ("sessions", "medagent"):
+            raise ConfigurationError(f"benchmark.task_set={o.get('task_set')!r}: sessions (the four-turn sessions) or "
+                                     "medagent (the MedAgentBench-style tasks: benchmark=physassist_medagent)")
         if o.get("patient_literacy", "high") not in LITERACY_OPTIONS:
             raise ConfigurationError(f"benchmark.patient_literacy={o.get('patient_literacy')!r}: one of "
                                      f"{list(LITERACY_OPTIONS)} (the original replays high)")
@@ -76,7 +79,15 @@ class PhysAssistBenchmark(Benchmark):
                                      "holding the patients' records)")
         check_world(Path(o["task_dir"]), o.get("world") or {}, "ehrbench.benchmarks.physassist.authoring")
 
-    def tasks(self) -> list[Session]:
+    @property
+    def medagent(self) -> bool:
+        return self.options.get("task_set", "sessions") == "medagent"
+
+    def tasks(self) -> list:
+        if self.medagent:
+            from .medagent import load_medagent
+
+            return load_medagent(Path(self.options["task_dir"]) / "medagent.json")
         return load_sessions(Path(self.options["task_dir"]), list(self.options["scenarios"]))
 
     def resources(self) -> Resources:
@@ -97,7 +108,7 @@ class PhysAssistBenchmark(Benchmark):
         from ..agentehr.benchmark import patient_folders
 
         folder = patient_folders(paths)[DB]
-        missing = [s.key for s in tasks if not (folder / f"patient_{s.subject_id}.db").exists()]
+        missing = [s.key for s in tasks if s.subject_id and not (folder / f"patient_{s.subject_id}.db").exists()]
         if missing:
             raise TaskFileError(f"{self.options['task_dir']}: {len(missing)} sessions name patients this database does "
                                 f"not have (e.g. {missing[0]}); write sessions for this world (authoring), or give "
@@ -111,6 +122,8 @@ class PhysAssistBenchmark(Benchmark):
         o = self.options
         records = hosts.services["records"].for_patient(task.subject_id) if "records" in hosts.services \
             else local_records(task.folder)
+        if self.medagent:
+            return medagent_episode(task, records, settings, meter, seed)
         tools = SessionTools(records, task.subject_id, task.current_date, task.session_id)
         if settings.agent == "reference":
             agent = ReferenceAgent(task, ScriptedCall("agent", meter, settings.agent_latency_s))
@@ -126,6 +139,8 @@ class PhysAssistBenchmark(Benchmark):
         return Episode(tools, agent, scored)
 
     def user(self, task: Session, settings: TrialSettings, meter: UsageMeter, seed: int, mistakes: list[str]):
+        if self.medagent:
+            return None                          # one question; the FHIR server answers by tool
         facts = PatientFacts(task.patient_answers)
         if settings.user == "llm":
             patient = LlmPatient(settings.model_for("user", meter), facts, task.persona, prompts(), seed)
@@ -134,11 +149,67 @@ class PhysAssistBenchmark(Benchmark):
         return SessionPeople(task, bool(self.options.get("explicit", False)), patient,
                              ScriptedCall("user", meter, settings.user_latency_s) if settings.user != "llm" else None)
 
-    def report(self, records: list[TrialRecord], tasks: list[Session], k: int, out_dir: Path) -> Report:
+    def report(self, records: list[TrialRecord], tasks: list, k: int, out_dir: Path) -> Report:
+        if self.medagent:
+            return medagent_report(records, tasks, k, out_dir)
         return session_report(records, tasks, k, out_dir, bool(self.options.get("explicit", False)))
 
     def prompts(self) -> dict[str, str]:
+        if self.medagent:
+            from .medagent import PROMPT
+
+            return {"physassist.medagent_prompt": PROMPT}
         return {f"physassist.{name}": text for name, text in prompts().items()}
+
+
+def medagent_episode(task, records, settings: TrialSettings, meter: UsageMeter, seed: int) -> Episode:
+    """A MedAgentBench-style task: its prompt opens, GET/POST by tool, FINISH ends; graded by `refsol`."""
+    from .medagent import MedAgentAgent, MedAgentReference, MedAgentTools, prompt
+    from .refsol import grade
+
+    tools = MedAgentTools(records, task)
+    agent = MedAgentReference(task, ScriptedCall("agent", meter, settings.agent_latency_s)) \
+        if settings.agent == "reference" else MedAgentAgent(settings.model_for("agent", meter), seed)
+
+    async def scored(record: TrialRecord) -> Score:
+        passed, why = grade(task, record)
+        record.assessments.append({"name": "refsol", "value": int(passed), "rationale": why, "source_type": "CODE",
+                                   "source_id": f"ehrbench.physassist.refsol.{task.category}"})
+        return Score(float(passed), {"passed": float(passed), "posts": float(len(tools.posts))})
+    return Episode(tools, agent, scored, opening=prompt(task))
+
+
+def medagent_report(records: list[TrialRecord], tasks: list, k: int, out_dir: Path) -> Report:
+    """Success rate overall, on query and action tasks, and by category (MedAgentBench's table)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ...tracking.plots import category_bars
+
+    by_key = {t.key: t for t in tasks}
+    groups: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if r.valid and r.task_key in by_key:
+            t = by_key[r.task_key]
+            for g in ("all", *t.groups):
+                groups[g].append(r.reward or 0.0)
+    order = ["all", "query", "action"] + sorted((g for g in groups if g.startswith("task")),
+                                                key=lambda g: int(g[4:]))
+    metrics = {("SR" if g == "all" else f"{g}/SR"): 100 * sum(groups[g]) / len(groups[g]) for g in order if g in groups}
+    table = Table(title=f"MedAgentBench-style tasks over {k} trials per task (success rate, percent)")
+    for col in ("group", "trials", "SR"):
+        table.add_column(col, justify="left" if col == "group" else "right")
+    for g in order:
+        if g in groups:
+            table.add_row(g, str(len(groups[g])), f"{metrics['SR' if g == 'all' else f'{g}/SR']:.1f}")
+    console = Console(file=sys.stdout, width=100)
+    with console.capture() as cap:
+        console.print(table)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bars = {g: metrics[f"{g}/SR"] for g in order if g.startswith("task") and f"{g}/SR" in metrics}
+    files = [category_bars(bars, out_dir / "sr_by_category.png", "Success rate by task category")] if bars else []
+    headline = {m: metrics[m] for m in ("SR", "query/SR", "action/SR") if m in metrics}
+    return Report(cap.get(), metrics, headline=headline, files=files)
 
 
 async def grade_session(session: Session, record: TrialRecord, judge: Judge | None, judge_name: str) -> Score:

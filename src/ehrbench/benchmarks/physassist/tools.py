@@ -26,6 +26,7 @@ class FhirRecords:
         self.folder = Path(folder)
         self.open: OrderedDict[int, PatientRecord] = OrderedDict()
         self.lock = threading.Lock()
+        self._population: list[dict] | None = None
 
     def _record(self, subject_id: int) -> PatientRecord:
         with self.lock:
@@ -43,6 +44,36 @@ class FhirRecords:
         for old in evicted:
             old.close()
         return record
+
+    def record(self, subject_id: int) -> PatientRecord | None:
+        """A patient's record, None when the world has no such patient."""
+        return self._record(subject_id) if (self.folder / f"patient_{int(subject_id)}.db").exists() else None
+
+    def find_patients(self, identifier: str | None, gender: str | None, age) -> list[dict]:
+        """Patient resources by identifier, or gender and age (MedAgentBench's Patient search on a world without
+        names): the population's Patients are read once."""
+        if self._population is None:
+            from .adapter import patient
+
+            ids = sorted(int(p.stem.split("_")[1]) for p in self.folder.glob("patient_*.db"))
+            self._population = [r for r in (patient(self._record(i)) for i in ids) if r]
+        out = self._population
+        if identifier is not None:
+            out = [p for p in out if p["id"] == str(identifier).split("/")[-1]]
+        if gender is not None:
+            out = [p for p in out if p["gender"] == str(gender).lower()]
+        if age is not None:
+            out = [p for p in out if str(p.get("_anchor_age")) == str(age)]
+        return out
+
+    def medagent_get(self, subject_id: int, resource: str, params: dict, now: str) -> dict:
+        """A MedAgentBench GET (`medagent.search`); a bad request comes back as an error for the agent."""
+        from .medagent import search
+
+        try:
+            return search(self, resource, params, now)
+        except (ValueError, TypeError) as e:
+            return {"error": str(e)}
 
     def search(self, subject_id: int, name: str, arguments: dict, current_date: str) -> dict:
         """A read tool in the file of the session's patient `subject_id` (a search for another finds nothing)."""
