@@ -500,3 +500,35 @@ def test_medagent_text_protocol_with_the_real_openai_client_through_the_fake_ser
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run_] = mlflow.search_runs(experiment_names=["physassist"], output_format="list")
     assert run_.data.metrics["SR"] == 100.0 and run_.data.metrics["calls/agent"] == 3
+
+
+def test_the_fhir_export_is_valid_r4b_one_transaction_per_patient_with_every_row(small, tmp_path):
+    import sqlite3
+
+    from fhir.resources.R4B import get_fhir_model_class
+
+    from ehrbench.benchmarks.physassist.export import EXTENSION, export
+
+    out = tmp_path / "fhir.ndjson"
+    counts = export(small["folder"], out, limit=4)
+    lines = out.read_text().splitlines()
+    assert len(lines) == 4 and sum(counts.values()) == sum(len(json.loads(x)["entry"]) for x in lines)
+    for line in lines:
+        bundle = json.loads(line)
+        assert bundle["resourceType"] == "Bundle" and bundle["type"] == "transaction"
+        get_fhir_model_class("Bundle").model_validate(bundle)               # checked again, apart from the export
+        for e in bundle["entry"]:
+            r = e["resource"]
+            get_fhir_model_class(r["resourceType"]).model_validate(r)
+            assert e["request"] == {"method": "PUT", "url": f"{r['resourceType']}/{r['id']}"}
+            assert not any(k.startswith("_") for k in r)                      # non-FHIR fields became extensions
+        [patient] = [e["resource"] for e in bundle["entry"] if e["resource"]["resourceType"] == "Patient"]
+        assert any(x["url"] == EXTENSION + "anchor-age" for x in patient["extension"])
+        conn = sqlite3.connect(small["folder"] / f"patient_{patient['id']}.db")
+        labs = conn.execute("SELECT COUNT(*) FROM labevents").fetchone()[0]
+        rx = conn.execute("SELECT COUNT(*) FROM prescriptions").fetchone()[0]
+        kinds = [e["resource"] for e in bundle["entry"]]
+        assert sum(r["resourceType"] == "Observation" and r["id"].startswith("lab-") for r in kinds) == labs
+        assert sum(r["resourceType"] == "MedicationRequest" for r in kinds) == rx
+        times = [r["effectiveDateTime"] for r in kinds if "effectiveDateTime" in r]
+        assert times and all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|\+00:00)$", t) for t in times)

@@ -234,7 +234,7 @@ def validate(resource: dict) -> dict:
             "Flag": "Flag.create"}.get(resource.get("resourceType"))
     model = _models().get(name) if name else None
     if model is None:
-        from fhir.resources import get_fhir_model_class
+        from fhir.resources.R4B import get_fhir_model_class
 
         model = get_fhir_model_class(resource["resourceType"])
     try:
