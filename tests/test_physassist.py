@@ -531,4 +531,4 @@ def test_the_fhir_export_is_valid_r4b_one_transaction_per_patient_with_every_row
         assert sum(r["resourceType"] == "Observation" and r["id"].startswith("lab-") for r in kinds) == labs
         assert sum(r["resourceType"] == "MedicationRequest" for r in kinds) == rx
         times = [r["effectiveDateTime"] for r in kinds if "effectiveDateTime" in r]
-        assert times and all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|\+00:00)$", t) for t in times)
+        assert times and all(re.match(r"^\d{4}-\d\d-\d\d(T\d\d:\d\d:\d\d(Z|\+00:00))?$", t) for t in times)
