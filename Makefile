@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-agentehr clean
+.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-agentehr bench-physassist clean
 install: $(BIN)/.installed
 
 run: install
@@ -48,6 +48,9 @@ bench-clinsql: install
 
 bench-agentehr: install
 	$(BIN)/python bench/bench_agentehr.py $(ARGS)
+
+bench-physassist: install
+	$(BIN)/python bench/bench_physassist.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) data/generated mlruns/* .cache

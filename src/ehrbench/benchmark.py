@@ -19,7 +19,9 @@ What a benchmark says:
   earlier questions shapes the next); by default every trial is independent;
 - `episode(...)`: one attempt at one task, built on the trial worker: tools, agent, how to score, optional opening
   question (single-turn) or greeting, optional simulation validator;
-- `user(...)`: the simulated user of a multi-turn benchmark (None: single-turn), built wherever users live;
+- `user(...)`: the simulated user of a multi-turn benchmark (None: single-turn), built wherever users live; one the
+  agent also reaches by tool (an interviewed patient) has `answer_tool(name, arguments)`, and the episode's tools
+  get the trial's user through `attach_user(user)`;
 - `report(...)`: its own metrics, tables and plots from the finished records;
 - `prompts()`: the prompt templates a run uses (registered in MLflow's prompt registry).
 """

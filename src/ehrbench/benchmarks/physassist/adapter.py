@@ -11,6 +11,7 @@ Not yet: the tools over these (search arguments, compaction, date_to), the write
 """
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import threading
@@ -30,6 +31,7 @@ class PatientRecord:
         self._lock = threading.Lock()           # a shard answers on many threads: one query at a time per patient
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("ATTACH DATABASE ? AS ref", (f"file:{Path(reference_file).resolve()}?mode=ro",))
+        self.reference_file = str(Path(reference_file).resolve())
 
     def rows(self, sql: str, params: tuple = ()) -> list[dict]:
         with self._lock:
@@ -92,18 +94,29 @@ def encounters(record: PatientRecord, hadm_id: int | None = None) -> list[dict]:
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def icd_titles(reference_file: str) -> dict[tuple[str, str], str]:
+    """The diagnosis dictionary, read once per process (the reference file has no index to join on)."""
+    conn = sqlite3.connect(f"file:{reference_file}?mode=ro", uri=True)
+    try:
+        return {(c, str(v)): t for c, v, t in conn.execute("SELECT icd_code, icd_version, long_title "
+                                                           "FROM d_icd_diagnoses")}
+    finally:
+        conn.close()
+
+
 def conditions(record: PatientRecord, hadm_id: int | None = None, code: str | None = None) -> list[dict]:
     """Encounter diagnoses by admission and seq_num (the principal first); `code` is an ICD code prefix."""
-    rows = record.rows("SELECT t.hadm_id, t.seq_num, t.icd_code, t.icd_version, d.long_title FROM diagnoses_icd t "
-                       "LEFT JOIN ref.d_icd_diagnoses d USING (icd_code, icd_version)"
-                       + (" WHERE t.hadm_id = ?" if hadm_id else "") + " ORDER BY t.hadm_id, t.seq_num",
+    rows = record.rows("SELECT hadm_id, seq_num, icd_code, icd_version FROM diagnoses_icd"
+                       + (" WHERE hadm_id = ?" if hadm_id else "") + " ORDER BY hadm_id, seq_num",
                        (hadm_id,) if hadm_id else ())
+    titles = icd_titles(record.reference_file)
     out = []
     for row in rows:
         icd = str(row["icd_code"] or "").strip()
         if code and not icd.startswith(code.upper()):
             continue
-        text = row["long_title"] or icd
+        text = titles.get((row["icd_code"], str(row["icd_version"]))) or icd
         system = "http://hl7.org/fhir/sid/icd-10-cm" if str(row["icd_version"]) == "10" else \
             "http://hl7.org/fhir/sid/icd-9-cm"
         out.append({
