@@ -344,6 +344,7 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     third = (len(session.turns[2].items) - 1) / len(session.turns[2].items)
     assert m["mRS"] == pytest.approx(100 * (1 + third + 1) / 3)        # turn 1 dropped, turn 2 one item short
     assert m["calls/grader"] == 4 and m["calls/user"] == 1 and m["calls/agent"] == 8
+    assert m["cost_usd/grader"] > 0 and m["input_tokens/grader"] == 40          # the judge metered and priced
     assert m["judge_rule_agreement"] < 100.0
     [trace] = mlflow.search_traces(locations=[run_.info.experiment_id], return_type="list")
     judge = [a for a in trace.info.assessments if a.name.endswith("/judge")]
@@ -532,3 +533,36 @@ def test_the_fhir_export_is_valid_r4b_one_transaction_per_patient_with_every_row
         assert sum(r["resourceType"] == "MedicationRequest" for r in kinds) == rx
         times = [r["effectiveDateTime"] for r in kinds if "effectiveDateTime" in r]
         assert times and all(re.match(r"^\d{4}-\d\d-\d\d(T\d\d:\d\d:\d\d(Z|\+00:00))?$", t) for t in times)
+
+
+def test_the_patient_s_facts_and_persona_follow_from_the_record(small):
+    """Every drug the patient talks about is prescribed in the admission at the dose said; the function matches the
+    disposition; the persona's adherence and withholding follow the readmission rule (checked here with SQL)."""
+    import sqlite3
+    from datetime import datetime
+
+    from ehrbench.benchmarks.physassist.authoring import FUNCTION
+
+    checked = 0
+    for s in small["sessions"]:
+        conn = sqlite3.connect(small["folder"] / f"patient_{s.subject_id}.db")
+        admitted, location = conn.execute("SELECT admittime, discharge_location FROM admissions WHERE hadm_id = ?",
+                                          (s.hadm_id,)).fetchone()
+        before = conn.execute("SELECT MAX(dischtime) FROM admissions WHERE admittime < ?", (admitted,)).fetchone()[0]
+        readmitted = before is not None and (datetime.fromisoformat(admitted) - datetime.fromisoformat(before)).days < 30
+        assert (s.persona["adherence"] == "poor") == readmitted
+        assert (s.persona["info_completeness"] == "critical_withheld") == readmitted
+        prescribed = {(d.lower(), str(v)) for d, v in conn.execute(
+            "SELECT drug, dose_val_rx FROM prescriptions WHERE hadm_id = ?", (s.hadm_id,))}
+        for a in s.patient_answers:
+            if a["tool"] == "patient.get_medication_adherence" and a["topic"]:
+                assert a["topic"] in {d for d, _ in prescribed}, (s.key, a["topic"])
+                dose = re.search(r"take the .+? (\d+(?:\.\d+)?) ", a["responses"]["high"])
+                if dose:
+                    assert any(d == a["topic"] and float(v) == float(dose.group(1)) for d, v in prescribed
+                               if re.match(r"^\d+(\.\d+)?$", v or ""))
+                assert a["withheld"] == ("stopped" in a["responses"]["high"] and readmitted)
+                checked += 1
+            if a["tool"] == "patient.get_functional_status":
+                assert a["responses"]["high"] == FUNCTION.get(location, FUNCTION["HOME"])[0]
+    assert checked >= 3

@@ -324,12 +324,13 @@ class Builder:
         from .patient import PatientFacts
 
         reply = " ".join(a["responses"]["high"] for a in PatientFacts(tuple(self.answers)).release(tool, args))
-        items = self._interview_items(tool, reply)
+        items, conclusion = self._interview_items(tool, reply)
         actions = [{"name": tool, "arguments": args}]
         entity = self.drug if tool == "patient.get_medication_adherence" else None
-        return DG, subtype, q, explicit, "patient", items, actions, f"The patient reports: {reply}", entity
+        return DG, subtype, q, explicit, "patient", items, actions, f"The patient reports: {reply}{conclusion}", entity
 
-    def _interview_items(self, tool: str, reply: str) -> list:
+    def _interview_items(self, tool: str, reply: str) -> tuple[list, str]:
+        """The items of an interview turn, and the conclusion the gold answer draws from the patient's words."""
         low = reply.lower()
         if tool == "patient.get_medication_adherence":
             stopped = "stopped" in low
@@ -339,21 +340,32 @@ class Builder:
                     _item(f"The answer names the {self.drug}", {"kind": "mentions", "any": [self.drug.lower()]}),
                     _item("The answer gives the patient's reason for stopping (dizziness)" if stopped else
                           "The answer does not claim the patient stopped the drug",
-                          {"kind": "mentions", "any": ["dizz"]} if stopped else {"kind": "absent", "any": ["stopped"]})]
+                          {"kind": "mentions", "any": ["dizz"]} if stopped else {"kind": "absent", "any": ["stopped"]})
+                    ], ""
+        attributed = _item("The answer attributes the account to the patient", {"kind": "mentions", "any": ["patient"]})
         if tool == "patient.get_functional_status":
             key = next(w for text, words in FUNCTION.values() if text.lower() == low for w in words)
+            alone = key == "own"
             return [_item(f"The answer reports the patient's function as the patient describes it ({key})",
                           {"kind": "mentions", "any": [key]}),
-                    _item("The answer attributes the account to the patient", {"kind": "mentions", "any": ["patient"]})]
+                    _item("The answer concludes the patient is independent" if alone else
+                          "The answer concludes the patient needs help with daily activities",
+                          {"kind": "mentions", "any": ["independent"] if alone else ["needs help", "assistance"]}),
+                    attributed], (" The patient is independent at home." if alone else
+                                  " The patient needs help with daily activities.")
         if tool == "patient.get_pain_assessment":
             score = int(re.search(r"about a (\d+) out of 10", reply).group(1))
+            severity = "mild" if score < 4 else "moderate" if score < 7 else "severe"
             return [_item(f"The answer reports the pain score as {score}/10", {"kind": "cites", "value": score}),
-                    _item("The answer attributes the rating to the patient", {"kind": "mentions", "any": ["patient"]})]
+                    _item(f"The answer grades the pain as {severity}", {"kind": "mentions", "any": [severity]}),
+                    attributed], f" That is {severity} pain."
         complaint = re.search(r"My main problem was (.+?)\. It started", reply).group(1)
         return [_item(f"The answer reports the presenting complaint ({complaint})",
                       {"kind": "mentions", "any": [complaint.lower()]}),
                 _item("The answer reports the onset (about three days before admission)",
-                      {"kind": "mentions", "any": ["three days", "3 days"]})]
+                      {"kind": "mentions", "any": ["three days", "3 days"]}),
+                _item("The answer reports that the symptoms got worse before admission",
+                      {"kind": "mentions", "any": ["worse"]})], ""
 
     def reasoning(self, subtype: str):
         c, lab = self.ctx, self._next_lab("reasoning")

@@ -74,8 +74,11 @@ class Session:
 
 
 def _patient_answers(entry: dict, turns_actions: list[list[dict]]) -> list[dict]:
-    """ehrbench's `patient_answers`, then every gold interview call's stored variants (the original's replay)."""
-    out = list(entry.get("patient_answers") or [])
+    """ehrbench's `patient_answers`; an original file's are its gold interview calls' stored variants (the
+    original's replay)."""
+    if entry.get("patient_answers"):
+        return list(entry["patient_answers"])
+    out = []
     for actions in turns_actions:
         for a in actions:
             obs = a.get("observation")
