@@ -147,10 +147,12 @@ def test_the_patient_admits_a_withheld_fact_only_when_its_drug_is_named():
 
 
 def test_the_rule_grader_passes_the_gold_and_fails_each_kind_of_mistake(small):
+    def work(t, answer, calls):           # as the record gives it: writes the tools accepted
+        return TurnWork(t.question, answer, calls, [(n, a) for n, a in calls if n.endswith(".create")])
     for s in small["sessions"]:
         for t in s.turns:
             calls = [(a["name"], a["arguments"]) for a in t.gold_actions]
-            assert turn_score([d for d, _ in rule_grade(t, TurnWork(t.question, t.gold_answer, calls))]) == 1.0
+            assert turn_score([d for d, _ in rule_grade(t, work(t, t.gold_answer, calls))]) == 1.0
     turns = [t for s in small["sessions"] for t in s.turns]
     cited = next(t for t in turns if t.kind != "WU" and any(c and c["kind"] == "cites" for c in t.checks))
     i = next(i for i, c in enumerate(cited.checks) if c and c["kind"] == "cites")
@@ -162,13 +164,26 @@ def test_the_rule_grader_passes_the_gold_and_fails_each_kind_of_mistake(small):
     gold = [(a["name"], a["arguments"]) for a in write.gold_actions]
     tool, field = write.checks[j]["tool"], write.checks[j]["field"]
     changed = [(n, {**a, field: "999 mg"}) if n == tool else (n, a) for n, a in gold]
-    assert rule_grade(write, TurnWork("", write.gold_answer, changed))[j][0] is False
-    assert all(d is False for (d, _), c in zip(rule_grade(write, TurnWork("", write.gold_answer, [])), write.checks)
-               if c["kind"] == "write")                                              # no write call: every field fails
+    assert rule_grade(write, work(write, write.gold_answer, changed))[j][0] is False
+    assert all(d is False for (d, _), c in zip(rule_grade(write, TurnWork("", write.gold_answer, gold)), write.checks)
+               if c["kind"] == "write")                     # written but refused (not accepted): every field fails
+    often = next((t for t in turns if any(c and c.get("field") == "frequency" and "bid" in c["any"]
+                                          for c in t.checks)), None)
+    if often is not None:                                    # "daily" is not "twice daily": a field is matched whole
+        f = next(i for i, c in enumerate(often.checks) if c and c.get("field") == "frequency")
+        calls = [(n, {**a, "frequency": "once daily"}) if n.endswith(".create") else (n, a)
+                 for n, a in ((a["name"], a["arguments"]) for a in often.gold_actions)]
+        assert rule_grade(often, work(often, often.gold_answer, calls))[f][0] is False
     safety = next(t for t in turns if any(c and c["kind"] == "absent" for c in t.checks))
     k = next(k for k, c in enumerate(safety.checks) if c and c["kind"] == "absent")
     unsafe = safety.gold_answer + f" Also give {safety.checks[k]['any'][0]}."
     assert rule_grade(safety, TurnWork("", unsafe, []))[k][0] is False
+    warned = safety.gold_answer + f" Avoid {safety.checks[k]['any'][0]}."
+    assert rule_grade(safety, TurnWork("", warned, []))[k][0] is True            # a warning is no recommendation
+    normal = next(t for t in turns if any(c and c["kind"] == "mentions" and c["any"] == ["normal", "within"]
+                                          for c in t.checks))
+    n = next(i for i, c in enumerate(normal.checks) if c and c.get("any") == ["normal", "within"])
+    assert rule_grade(normal, TurnWork("", "It is abnormal.", []))[n][0] is False   # words, not substrings
     assert turn_score([True, None]) is None                  # an item without a check: the rule grader cannot decide
 
 
@@ -178,7 +193,9 @@ def test_judge_verdicts_are_read_as_the_original_reads_them():
     assert read_verdict('{"scores": [1]}', 3) == ([1, 0, 0], ["", "", ""])          # padded with NO
     assert read_verdict('[{"score": 1, "rationale": "x"}, {"pass": false}]', 2) == ([1, 0], ["x", ""])
     assert read_verdict("All items pass.", 2) is None                              # an error, never a pass
-    assert read_verdict('{"verdict": "pass"}', 1) is None
+    assert read_verdict('{"verdict": "pass"}', 2) == ([0, 0], ["", ""])          # JSON without scores: all NO
+    assert read_verdict('{"scores": ["0", 0.5]}', 2) == ([0, 0], ["", ""])
+    assert read_verdict('{"scores": ["0", 0.5]}', 2, lambda s: int(bool(s)))[0] == [1, 1]   # the write judge's
 
 
 def test_the_loader_reads_the_original_format_and_names_what_is_wrong(small, tmp_path):
@@ -396,6 +413,22 @@ def test_medagent_references_follow_from_what_the_gets_return(small):
         assert t.ref["answer"] == pytest.approx(expected) if t.category == "task6" else t.ref["answer"] == expected, t.key
         checked += 1
     assert checked >= 15
+    from ehrbench.benchmarks.physassist.adapter import PatientRecord
+
+    for t in [t for t in tasks if t.mrn][:12]:        # orders and diagnoses: nothing known after now either
+        record = PatientRecord(small["folder"] / f"patient_{t.mrn}.db", small["folder"] / "reference.db")
+        tools = MedAgentTools(records, t)
+        for resource, column, table in (("MedicationRequest", "starttime", "prescriptions"),
+                                        ("Condition", None, "diagnoses_icd")):
+            shown = _bundle_of(run(tools.call("GET", {"url": f"{t.ref['steps'][0].split()[1].split('?')[0].rsplit('/', 1)[0]}"
+                                                            f"/{resource}?patient={t.mrn}"})))["entry"]
+            if column:
+                known = record.rows(f"SELECT COUNT(*) AS n FROM {table} WHERE REPLACE({column}, ' ', 'T') <= ?",
+                                    (t.now[:19],))[0]["n"]
+            else:
+                known = record.rows("SELECT COUNT(*) AS n FROM diagnoses_icd d JOIN admissions a USING (hadm_id) "
+                                    "WHERE REPLACE(a.dischtime, ' ', 'T') <= ?", (t.now[:19],))[0]["n"]
+            assert len(shown) == known, (t.key, resource)
     people = run(records.find_patients(None, None, None))
     for t in (t for t in tasks if t.category == "task1"):
         gender, age = re.search(r"of the (\w+) patient aged (\d+)\?", t.instruction).groups()
@@ -447,11 +480,16 @@ def test_refsol_passes_the_reference_and_fails_each_kind_of_mistake(small):
         payload["subject"] = {"reference": "Patient/1"}
         assert grade(t, _record_of(t, gets + [f"{first}\n{json.dumps(payload)}"] + posts[1:] + [finish]))[0] is False
         assert grade(t, _record_of(t, gets + [first + "\n{not json"] + posts[1:] + [finish]))[0] is False
+    query = next(t for t in tasks if t.category == "task4")
+    gets, finish = query.ref["steps"], f"FINISH({json.dumps(query.ref['answer'])})"
+    assert grade(query, _record_of(query, gets + ["POST http://localhost:8080/fhir/Observation\n{oops", finish]))[
+        0] is False                                 # the original's check_has_post: a POST even refused fails it
     valued = next(t for t in tasks if t.category == "task7")
     gets = [s for s in valued.ref["steps"] if s.startswith("GET")]
     assert grade(valued, _record_of(valued, gets + [f"FINISH([{valued.ref['answer'][0] + 1}])"]))[0] is False
     assert grade(valued, _record_of(valued, gets + ["The answer is 5."]))[1].startswith("no FINISH")
     unordered = [t for t in tasks if t.category in ("task5", "task9") and len(t.ref["steps"]) == 1]
+    assert unordered
     for t in unordered:                                  # nothing was due: an order fails it
         extra = f'POST {"http://localhost:8080/fhir/"}MedicationRequest\n{{"resourceType": "MedicationRequest"}}'
         assert grade(t, _record_of(t, t.ref["steps"] + [extra, f"FINISH({json.dumps(t.ref['answer'])})"]))[0] is False
@@ -470,7 +508,8 @@ def test_medagent_reference_scores_100_through_ray(small, ray_cluster, tmp_path)
 
 
 def test_medagent_text_protocol_with_the_real_openai_client_through_the_fake_server(small, ray_cluster, tmp_path):
-    """GET (the Bundle comes back as the user's next message), a malformed POST ("Invalid POST request"), FINISH."""
+    """GET (the Bundle comes back as the user's next message), a GET without its patient (the error, as the original
+    words it), FINISH."""
     from .fake_llm_server import FakeLLMServer, Reply
 
     task = next(t for t in _medagent(small) if t.category == "task7")
@@ -481,7 +520,7 @@ def test_medagent_text_protocol_with_the_real_openai_client_through_the_fake_ser
     server = FakeLLMServer().start()
     try:
         server.push(Reply(text="```tool_code\n" + task.ref["steps"][0] + "\n```"),
-                    Reply(text="POST http://localhost:8080/fhir/Observation\n{oops"),
+                    Reply(text="GET http://localhost:8080/fhir/Observation?code=GLU"),
                     Reply(text=f"FINISH({json.dumps(task.ref['answer'])})"), model="gpt-4o")
         store = tmp_path / "mlruns"
         out = _main(["benchmark=physassist_medagent", "trials=1", "model=gpt-4o", f"model.base_url={server.url}/v1",
@@ -497,7 +536,8 @@ def test_medagent_text_protocol_with_the_real_openai_client_through_the_fake_ser
     assert "tools" not in asked[0].body
     third = asked[2].body["messages"]
     assert [m["role"] for m in third] == ["user", "assistant", "user", "assistant", "user"]
-    assert _bundle_of(third[2]["content"])["resourceType"] == "Bundle" and third[4]["content"] == "Invalid POST request"
+    assert _bundle_of(third[2]["content"])["resourceType"] == "Bundle"
+    assert third[4]["content"] == "Error in sending the GET request: Observation search needs a patient parameter"
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run_] = mlflow.search_runs(experiment_names=["physassist"], output_format="list")
     assert run_.data.metrics["SR"] == 100.0 and run_.data.metrics["calls/agent"] == 3
@@ -566,3 +606,65 @@ def test_the_patient_s_facts_and_persona_follow_from_the_record(small):
             if a["tool"] == "patient.get_functional_status":
                 assert a["responses"]["high"] == FUNCTION.get(location, FUNCTION["HOME"])[0]
     assert checked >= 3
+
+
+def test_odd_arguments_come_back_as_errors_for_the_model_not_as_failures(small):
+    s = small["sessions"][0]
+    tools = _tools(small, s)
+    for name, args in (("Observation__search", {"subject_id": s.subject_id, "code": 50971}),
+                       ("Condition__search", {"subject_id": s.subject_id, "code": ["I10"]}),
+                       ("DiagnosticReport__search", {"subject_id": s.subject_id, "report_type": 5}),
+                       ("Observation__search", {"subject_id": s.subject_id, "category": "vitals", "code": 7}),
+                       ("Observation__search", {"subject_id": s.subject_id, "_count": "many"}),
+                       ("Encounter__search", "not a dict"),
+                       ("MedicationRequest__create", {"subject_id": s.subject_id, "medication": ["x"], "dose": 5,
+                                                      "route": None, "frequency": "daily"})):
+        out = run(tools.call(name, args))                     # an answer, whatever the model sent
+        assert isinstance(out, str) and out
+    from ehrbench.benchmarks.physassist.medagent import MedAgentTools
+
+    task = next(t for t in _medagent(small) if t.mrn)
+    medagent = MedAgentTools(InProcess(FhirRecords(small["folder"])), task)
+    assert run(medagent.call("POST", {"url": "x", "payload": "{oops"})) == "Invalid POST request"
+    assert run(medagent.call("GET", {"url": "http://localhost:8080/fhir/Observation?patient=abc&code=K"})).startswith(
+        "Error in sending the GET request: patient='abc' is not a patient id")
+
+
+def test_the_judge_sees_the_gold_history_the_gold_answer_and_only_accepted_writes(small):
+    from ehrbench.benchmarks.physassist.grading import judge_prompt, turn_work
+
+    s = next(x for x in small["sessions"] if x.turns[3].kind == "WU")
+    t2, t3 = s.turns[2], s.turns[3]
+    system, user = judge_prompt(prompts(), t2, TurnWork(t2.question, "My answer.", []), s.transcript)
+    history = "".join(f"[{m['role'].upper()}]: {m['content'][:300]}\n" for m in list(s.transcript)[:4][-6:])
+    assert user == (f"Clinical question: {t2.question}\n\nConversation history:\n{history}\nEHR data retrieved (for "
+                    f"verification):\n{t2.gold_answer}\n\nModel response:\nMy answer.\n\nRubric items:\n"
+                    + "\n".join(f"{i + 1}. {x}" for i, x in enumerate(t2.items)) + "\n\nScore each rubric item (JSON):")
+    write = t3.gold_writes[0]
+    messages = [{"role": "user", "content": q} for q in (t.question for t in s.turns[:3])] + [
+        {"role": "user", "content": t3.question},
+        {"role": "assistant", "content": None, "tool_call": {"name": write["name"].replace(".", "__"), "id": "a",
+                                                              "arguments": {**write["arguments"], "route": "IM"}}},
+        {"role": "tool", "tool_call_id": "a", "content": '{"resourceType": "OperationOutcome"}'},
+        {"role": "assistant", "content": None, "tool_call": {"name": write["name"].replace(".", "__"), "id": "b",
+                                                              "arguments": write["arguments"]}},
+        {"role": "tool", "tool_call_id": "b", "content": f"{write['name'].split('.')[0]} created: id=x status=active"},
+        {"role": "assistant", "content": "Done."}]
+    work = turn_work(messages, 4)[3]
+    assert len(work.calls) == 2 and work.writes == [(write["name"], write["arguments"])]
+    system, user = judge_prompt(prompts(), t3, work, s.transcript)
+    assert system.startswith("You are a parameter-level evaluator") and "IM" not in user
+    assert f"Model's proposed write tool calls:\nTool called: {write['name']}\n" in user
+    assert "Clinical context: " + t3.gold_answer[:300] in user
+
+
+def test_a_session_that_ends_early_counts_zero_on_every_turn(small, tmp_path):
+    from ehrbench.benchmarks.physassist.benchmark import session_report
+    from ehrbench.trial import TrialRecord
+
+    a, b = small["sessions"][:2]
+    done = TrialRecord(a.key, 0, "user_stop", 1.0, score_parts={f"T{i}/r": 1.0 for i in range(4)})
+    cut = TrialRecord(b.key, 0, "max_steps", 0.0)
+    report = session_report([done, cut], [a, b], 1, tmp_path, False)
+    assert report.metrics["mRS"] == 50.0 and report.metrics["pass_session_60"] == 50.0
+    assert report.metrics["sessions_scored"] == 2

@@ -44,7 +44,8 @@ class PatientRecord:
                          (hadm_id,) if hadm_id else ())
 
     def close(self) -> None:
-        self._conn.close()
+        with self._lock:
+            self._conn.close()
 
 
 def bundle(resources: list[dict], resource_type: str) -> dict:

@@ -45,9 +45,12 @@ DRUG_LAB = {"Lisinopril": "Potassium", "Furosemide": "Potassium", "Potassium chl
             "Metformin": "Creatinine", "Enoxaparin sodium": "Creatinine", "Heparin": "Platelet Count",
             "Aspirin": "Platelet Count", "Insulin": "Glucose", "Pantoprazole": "Magnesium",
             "Atorvastatin": "Creatinine"}
-ROUTES = {"PO": ["po", "oral", "by mouth"], "SC": ["sc", "subcut", "subq"], "IV": ["iv", "intravenous"]}
-FREQUENCY = {1: ("once daily", ["once daily", "daily", "qd", "q24h"]), 2: ("BID", ["bid", "twice daily", "q12h"]),
-             3: ("TID", ["tid", "three times daily", "q8h"]), 4: ("QID", ["qid", "four times daily", "q6h"])}
+ROUTES = {"PO": ["po", "oral", "by mouth", "orally"], "SC": ["sc", "subcut", "subq", "subcutaneous", "sq"],
+          "IV": ["iv", "intravenous", "intravenously"]}
+FREQUENCY = {1: ("once daily", ["once daily", "daily", "qd", "q24h", "once a day", "every 24 hours"]),
+             2: ("BID", ["bid", "twice daily", "q12h", "twice a day", "every 12 hours"]),
+             3: ("TID", ["tid", "three times daily", "q8h", "three times a day", "every 8 hours"]),
+             4: ("QID", ["qid", "four times daily", "q6h", "four times a day", "every 6 hours"])}
 SERVICES = {"HOME HEALTH CARE": "home-health", "REHAB": "physical-therapy", "SKILLED NURSING FACILITY":
             "physical-therapy", "HOME": "primary-care-followup", "CHRONIC/LONG TERM ACUTE CARE": "social-work"}
 FUNCTION = {"HOME": ("I get around on my own and take care of myself at home.", ["own"]),
@@ -340,25 +343,30 @@ class Builder:
                     _item(f"The answer names the {self.drug}", {"kind": "mentions", "any": [self.drug.lower()]}),
                     _item("The answer gives the patient's reason for stopping (dizziness)" if stopped else
                           "The answer does not claim the patient stopped the drug",
-                          {"kind": "mentions", "any": ["dizz"]} if stopped else {"kind": "absent", "any": ["stopped"]})
+                          {"kind": "mentions", "any": ["dizzy", "dizziness"]} if stopped else {"kind": "absent", "any": ["stopped"]})
                     ], ""
-        attributed = _item("The answer attributes the account to the patient", {"kind": "mentions", "any": ["patient"]})
         if tool == "patient.get_functional_status":
             key = next(w for text, words in FUNCTION.values() if text.lower() == low for w in words)
-            alone = key == "own"
+            alone, location = key == "own", str(self.ctx.admission["discharge_location"]).lower()
             return [_item(f"The answer reports the patient's function as the patient describes it ({key})",
                           {"kind": "mentions", "any": [key]}),
                     _item("The answer concludes the patient is independent" if alone else
                           "The answer concludes the patient needs help with daily activities",
                           {"kind": "mentions", "any": ["independent"] if alone else ["needs help", "assistance"]}),
-                    attributed], (" The patient is independent at home." if alone else
-                                  " The patient needs help with daily activities.")
+                    _item(f"The answer relates it to the discharge disposition ({location})",
+                          {"kind": "mentions", "any": [location]})], \
+                (" The patient is independent at home" if alone else " The patient needs help with daily "
+                 "activities") + f", consistent with discharge to {location}."
         if tool == "patient.get_pain_assessment":
             score = int(re.search(r"about a (\d+) out of 10", reply).group(1))
             severity = "mild" if score < 4 else "moderate" if score < 7 else "severe"
+            where = re.search(r"It's from the (.+?)\.", reply)
             return [_item(f"The answer reports the pain score as {score}/10", {"kind": "cites", "value": score}),
                     _item(f"The answer grades the pain as {severity}", {"kind": "mentions", "any": [severity]}),
-                    attributed], f" That is {severity} pain."
+                    _item(f"The answer relates the pain to the presenting complaint ({where.group(1)})",
+                          {"kind": "mentions", "any": [where.group(1)]}) if where else
+                    _item("The answer says little hurts now", {"kind": "mentions", "any": ["nothing much", "little"]})
+                    ], f" That is {severity} pain."
         complaint = re.search(r"My main problem was (.+?)\. It started", reply).group(1)
         return [_item(f"The answer reports the presenting complaint ({complaint})",
                       {"kind": "mentions", "any": [complaint.lower()]}),
@@ -447,8 +455,7 @@ class Builder:
                      _item("The priority is routine", {"kind": "write", "tool": "ServiceRequest.create",
                                                        "field": "priority", "any": ["routine"]}),
                      _item("The answer does NOT create a medication order instead",
-                           {"kind": "write_absent", "tool": "MedicationRequest.create", "field": "medication",
-                            "any": [""]})]
+                           {"kind": "write_absent", "tool": "MedicationRequest.create"})]
             args = {"subject_id": c.subject, "service_type": service, "priority": "routine"}
             answer = f"Created a routine {service} referral for discharge."
             return WU, subtype, q, explicit, "write", items, [{"name": "ServiceRequest.create",
@@ -460,12 +467,12 @@ class Builder:
         items = [_item("The flag's category is clinical", {"kind": "write", "tool": "Flag.create", "field": "category",
                                                           "any": ["clinical"]}),
                  _item(f"The flag's detail names the {lab.lower()}", {"kind": "write", "tool": "Flag.create",
-                                                                      "field": "detail", "any": [lab.lower()]}),
+                                                                      "field": "detail", "any": [lab.lower()],
+                                                                      "match": "contains"}),
                  _item(f"The flag's detail cites the value {_num(v)}", {"kind": "write", "tool": "Flag.create",
                                                                          "field": "detail", "value": _num(v)}),
                  _item("The answer does NOT create a medication order instead",
-                       {"kind": "write_absent", "tool": "MedicationRequest.create", "field": "medication",
-                        "any": [""]})]
+                       {"kind": "write_absent", "tool": "MedicationRequest.create"})]
         code = re.sub(r"[^A-Z]+", "_", f"{state} {lab}".upper()).strip("_")
         args = {"subject_id": c.subject, "category": "clinical", "code": code,
                 "detail": f"{lab} {_num(v)} {unit} ({state}) on {c.lab_state(lab)[5]}"}

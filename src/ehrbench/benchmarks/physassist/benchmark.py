@@ -270,9 +270,10 @@ def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out
             continue
         s = by_key[r.task_key]
         scores = []
+        ended_early = r.termination != "user_stop"          # a step or time limit, an agent error: 0 on every turn
         for t in s.turns:
-            value = r.score_parts.get(f"T{t.index}/r")
-            if value is None:
+            value = 0.0 if ended_early else r.score_parts.get(f"T{t.index}/r")
+            if value is None:                                 # its judgement failed: left out, as the original
                 continue
             scores.append(value)
             for g in (t.kind, f"subtype/{t.subtype or 'T0'}", f"source/{t.tool_source}"):

@@ -79,7 +79,8 @@ def validated(resource: dict) -> dict:
 
 
 def patient_resources(record: PatientRecord) -> list[dict]:
-    """Everything the FHIR layer serves for one patient, every row (no search limits)."""
+    """Everything the FHIR layer serves for one patient, without search limits (as the tools shape it: omr vitals
+    only for a patient without chartevents, microbiology one report per specimen and time)."""
     out = [p for p in [adapter.patient(record)] if p]
     out += adapter.encounters(record) + adapter.conditions(record)
     out += adapter.lab_observations(record, _count=10 ** 9)
@@ -98,10 +99,13 @@ def transaction(record: PatientRecord) -> tuple[dict, int]:
     entries, seen = [], set()
     for r in patient_resources(record):
         v = validated(r)
-        key = (v["resourceType"], v.get("id"))
-        if v.get("id") is None or key in seen:           # one PUT per resource: an id shared is a bug to fix
-            raise ValueError(f"{key[0]}/{key[1]}: {'no id' if key[1] is None else 'two resources share this id'}")
-        seen.add(key)
+        if v.get("id") is None:
+            raise ValueError(f"{v['resourceType']}: a resource without an id")
+        base, n = v["id"], 1
+        while (v["resourceType"], v["id"]) in seen:     # the tools' ids can repeat (two specimens at one time)
+            n += 1
+            v["id"] = f"{base[:60]}-{n}"
+        seen.add((v["resourceType"], v["id"]))
         entries.append({"fullUrl": f"{v['resourceType']}/{v['id']}", "resource": v,
                         "request": {"method": "PUT", "url": f"{v['resourceType']}/{v['id']}"}})
     bundle = {"resourceType": "Bundle", "type": "transaction", "entry": entries}

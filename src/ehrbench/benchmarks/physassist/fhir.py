@@ -27,6 +27,8 @@ from .adapter import PatientRecord
 SCHEMAS: list[dict] = json.loads((Path(__file__).parent / "data" / "tools.json").read_text())
 NAMES = tuple(s["name"] for s in SCHEMAS)
 PARAMS = {s["name"]: set(s["parameters"]["properties"]) for s in SCHEMAS}
+TEXT = {s["name"]: {p for p, spec in s["parameters"]["properties"].items() if spec.get("type") == "string"}
+        for s in SCHEMAS}
 WRITES = ("MedicationRequest.create", "ServiceRequest.create", "Flag.create")
 PATIENT_TOOLS = tuple(n for n in NAMES if n.startswith("patient."))
 SEARCHES = tuple(n for n in NAMES if n not in WRITES + PATIENT_TOOLS + ("prepare_to_answer",))
@@ -62,6 +64,8 @@ def clean_arguments(name: str, arguments: dict) -> dict:
         target = key if key in valid else ALIASES.get((name, key))
         if target is None or target in out:
             continue
+        if target in TEXT.get(name, ()) and value is not None and not isinstance(value, str):
+            value = ", ".join(map(str, value)) if isinstance(value, list) else str(value)   # 50971, ["I10"]
         if name not in ("Patient.read", "prepare_to_answer") and target not in KEEP and not isinstance(value, bool):
             if isinstance(value, str):
                 value = value.strip() or None
@@ -157,6 +161,8 @@ def run_search(record: PatientRecord, name: str, arguments: dict, current_date: 
         return search(record, name, cleaned)
     except TypeError as e:
         return {"error": f"Bad arguments for {name}: {e}"}
+    except (ValueError, AttributeError, re.error) as e:     # the original's call_tool answers any failure so
+        return {"error": f"Tool execution error for {name}: {e}"}
 
 
 # ---- write tools ----------------------------------------------------------------------------------------------

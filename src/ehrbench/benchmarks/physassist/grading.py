@@ -9,13 +9,14 @@ authoring); an item without one is undecided. The LLM judge is the original's: `
 (the question, the last six messages of the gold transcript, the gold answer as "EHR data", the answer, the items)
 or, on a Write/Update turn, `score_action_turn`; temperature 0.1. A verdict that is not JSON is an error: the
 turn's judge score is None and the turn leaves the aggregates (the original's `rubric_score=None`), never a pass;
-a verdict of the wrong length is padded with NO, as the original pads it.
+JSON with too few scores (or none) is padded with NO, as the original pads it; the write-turn judge's scores are
+read as its `int(bool(s))` reads them.
 """
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...judges.parsing import parse_json_object
 from ...llm.base import ChatRequest
@@ -27,27 +28,28 @@ from .sessions import Turn
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 CHECKS = {
     "cites": "a number in the answer equals `value` at the precision it is written with (0.9 = 0.90)",
-    "mentions": "the answer says one of `any` (case-insensitive)",
-    "absent": "the answer says none of `any` (a dangerous recommendation absent)",
-    "write": "a `tool` call's `field` holds one of `any`, or the number `value` (with `unit`)",
-    "write_absent": "no `tool` call's `field` holds one of `any`",
+    "mentions": "the answer says one of `any` (case-insensitive, as words)",
+    "absent": "no sentence of the answer says one of `any` without first negating it (a dangerous recommendation "
+              "absent: 'avoid X' is no recommendation of X)",
+    "write": "an accepted `tool` call's `field` is one of `any` (`match: contains`: says one of them), or holds the "
+             "number `value` (with `unit`)",
+    "write_absent": "no accepted `tool` call's `field` is one of `any` (no `field`: no `tool` call at all)",
 }
 
 
 @dataclass
 class TurnWork:
-    """What the agent did in one turn: its answer and its calls (canonical names, arguments as sent)."""
+    """What the agent did in one turn: its answer, its calls (canonical names, arguments as sent) and the writes
+    the tools accepted (a refused write placed nothing)."""
     question: str
     answer: str
     calls: list[tuple[str, dict]]
-
-    @property
-    def writes(self) -> list[tuple[str, dict]]:
-        return [(n, a) for n, a in self.calls if n.endswith(".create")]
+    writes: list[tuple[str, dict]] = field(default_factory=list)
 
 
 def turn_work(messages: list[dict], turns: int) -> list[TurnWork]:
     """The record split at the physician's questions: each turn's calls and its last message to the physician."""
+    results = {m.get("tool_call_id"): m.get("content") or "" for m in messages if m["role"] == "tool"}
     out: list[TurnWork] = []
     for m in messages:
         if m["role"] == "user":
@@ -56,18 +58,42 @@ def turn_work(messages: list[dict], turns: int) -> list[TurnWork]:
             out.append(TurnWork(m.get("content") or "", "", []))
         elif out and m["role"] == "assistant":
             if m.get("tool_call"):
-                args = m["tool_call"]["arguments"]
-                out[-1].calls.append((canonical(m["tool_call"]["name"]), args if isinstance(args, dict) else {}))
+                call = m["tool_call"]
+                name, args = canonical(call["name"]), call["arguments"] if isinstance(call["arguments"], dict) else {}
+                out[-1].calls.append((name, args))
+                if name.endswith(".create") and results.get(call.get("id"), "").startswith(
+                        f"{name.split('.')[0]} created:"):
+                    out[-1].writes.append((name, args))
             else:
                 out[-1].answer = m.get("content") or ""
     return out + [TurnWork("", "", []) for _ in range(turns - len(out))]
+
+
+def _says(text: str, phrase: str) -> bool:
+    """`phrase` in `text` as words (case-insensitive): "normal" is not in "abnormal", nor "up" in "follow-up"."""
+    return re.search(rf"(?<![a-z0-9]){re.escape(phrase.lower())}(?![a-z0-9])", text.lower()) is not None
+
+
+def _recommends(text: str, phrase: str) -> bool:
+    """`phrase` said in a sentence that does not first negate it ("avoid a free water bolus" recommends none)."""
+    for sentence in re.split(r"[.;!?\n]", text.lower()):
+        at = re.search(rf"(?<![a-z0-9]){re.escape(phrase.lower())}(?![a-z0-9])", sentence)
+        if at and not NEGATION.search(sentence[:at.start()]):
+            return True
+    return False
+
+
+NEGATION = re.compile(r"(?<![a-z])(no|not|avoid|avoiding|don't|do not|without|never|hold|stop|contraindicated)"
+                      r"(?![a-z])")
+MOMENTS = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?)?|(?<!\d)\d{1,2}:\d{2}(?::\d{2})?")
 
 
 def cites(text: str, value: float) -> bool:
     """Whether `text` states `value`, allowing the rounding of the value's written precision."""
     decimals = len(repr(float(value)).split(".")[1].rstrip("0")) if float(value) % 1 else 0
     tolerance = 0.5 * 10 ** -decimals - 1e-9
-    return any(abs(float(n) - float(value)) < tolerance for n in NUMBER.findall(text.replace(",", "")))
+    text = MOMENTS.sub(" ", text.replace(",", ""))          # a date's or a time's digits are not values
+    return any(abs(float(n) - float(value)) < tolerance for n in NUMBER.findall(text))
 
 
 def _field_values(writes: list[tuple[str, dict]], tool: str, field: str) -> list[str]:
@@ -84,23 +110,27 @@ def decide(check: dict | None, work: TurnWork) -> tuple[bool | None, str]:
         ok = cites(work.answer, float(check["value"]))
         return ok, f"{check['value']} {'stated' if ok else 'not stated'} in the answer"
     if kind == "mentions":
-        found = [w for w in words if w in answer]
+        found = [w for w in words if _says(answer, w)]
         return bool(found), f"says {found[0]!r}" if found else f"says none of {words}"
     if kind == "absent":
-        found = [w for w in words if w in answer]
-        return not found, f"says {found[0]!r}" if found else f"none of {words} said"
+        found = [w for w in words if _recommends(answer, w)]
+        return not found, f"recommends {found[0]!r}" if found else f"recommends none of {words}"
+    if kind == "write_absent" and "field" not in check:
+        made = [a for n, a in work.writes if n == check["tool"]]
+        return not made, f"{len(made)} {check['tool']} calls" if made else f"no {check['tool']} call"
     values = _field_values(work.writes, check["tool"], check["field"])
-    if kind == "write_absent":
-        bad = [v for v in values if any(w in v.lower() for w in words)]
-        return not bad, f"{check['field']}={bad[0]!r}" if bad else f"no {check['tool']} {check['field']} has {words}"
+    exact = lambda v: v.strip().lower() in words                      # noqa: E731 - the judge's "exact unless
+    if kind == "write_absent":                                         # the rubric lists synonyms"
+        bad = [v for v in values if exact(v)]
+        return not bad, f"{check['field']}={bad[0]!r}" if bad else f"no {check['tool']} {check['field']} in {words}"
     if not values:
         return False, f"no {check['tool']} call"
     for v in values:
         if "value" in check:
-            unit = str(check.get("unit", "")).lower()
-            if cites(v, float(check["value"])) and unit in v.lower():
+            unit = str(check.get("unit", ""))
+            if cites(v, float(check["value"])) and (not unit or _says(v, unit)):
                 return True, f"{check['field']}={v!r}"
-        elif any(w in v.lower() for w in words):
+        elif exact(v) or (check.get("match") == "contains" and any(_says(v, w) for w in words)):
             return True, f"{check['field']}={v!r}"
     return False, f"{check['field']}: {values}"
 
@@ -155,8 +185,10 @@ def _to01(value) -> int:
     return int(str(value).strip().lower() in ("1", "true", "yes", "y", "pass"))
 
 
-def read_verdict(text: str | None, n: int) -> tuple[list[int], list[str]] | None:
-    """The judge's scores and reasons for n items (padded with NO, or cut, to n), or None when it is not JSON."""
+def read_verdict(text: str | None, n: int, coerce=None) -> tuple[list[int], list[str]] | None:
+    """The judge's scores and reasons for n items (padded with NO, or cut, to n), or None when it is not JSON.
+    `coerce` reads one score: `_to01` (score_turn_rubric's) by default; the write-turn judge's is `int(bool(s))`."""
+    coerce = coerce or _to01
     verdict = parse_json_object(text)
     if verdict is None:
         match = re.search(r"\[.*\]", text or "", re.S)
@@ -170,9 +202,10 @@ def read_verdict(text: str | None, n: int) -> tuple[list[int], list[str]] | None
                        "reasoning": [v.get("reasoning", v.get("rationale", "")) for v in verdict]}
         else:
             verdict = {"scores": verdict}
-    if not isinstance(verdict, dict) or not isinstance(verdict.get("scores"), list):
+    if not isinstance(verdict, dict):
         return None
-    scores = [_to01(s) for s in verdict["scores"]][:n]
+    raw = verdict.get("scores") if isinstance(verdict.get("scores"), list) else []   # the original pads: all NO
+    scores = [coerce(s) for s in raw][:n]
     reasons = [str(r) for r in (verdict.get("reasoning") or [])][:n]
     return scores + [0] * (n - len(scores)), reasons + [""] * (n - len(reasons))
 
@@ -189,7 +222,7 @@ class Judge:
         text = (await self.model.complete(ChatRequest([Message("user", user)], system=system,
                                                       temperature=self.temperature,
                                                       max_tokens=2000 if turn.kind == "WU" else 4000))).text
-        verdict = read_verdict(text, len(turn.items))
+        verdict = read_verdict(text, len(turn.items), (lambda s: int(bool(s))) if turn.kind == "WU" else None)
         if verdict is None:
             return None, [f"unreadable judge verdict: {(text or '')[:1000]}"]
         return verdict

@@ -11,7 +11,8 @@ text exchange.
 
 Adapted to the world (MIMIC has no names or birth dates): task 1 finds a patient by gender and age, task 2 asks the
 record's (anchor) age. Lab codes are MedAgentBench's (MG, GLU, K, A1C: each one lab's label). "Now" is a moment in
-each patient's own timeline, and every search stops there. Each task stores its reference (`ref`, computed at
+each patient's own timeline, and every search stops there (`known_at`: results at their time, orders at their
+start, diagnoses and procedures at their admission's discharge, a death date once past). Each task stores its reference (`ref`, computed at
 authoring through the same searches), so grading (`refsol`) needs no server: MedAgentBench's `refsol.py` rules.
 """
 from __future__ import annotations
@@ -131,7 +132,8 @@ def search(records, resource: str, params: dict[str, list[str]], now: str) -> di
     """One GET on the world (`records`: a `tools.FhirRecords`), nothing after `now`; a Bundle, as HAPI answers."""
     one = lambda name: (params.get(name) or [None])[0]       # noqa: E731
     if resource == "Patient":
-        found = records.find_patients(one("identifier"), one("gender"), one("age"))
+        found = [{k: v for k, v in p.items() if not (k == "deceasedDateTime" and iso(v) > now)}   # not known yet
+                 for p in records.find_patients(one("identifier"), one("gender"), one("age"))]
         return adapter.bundle(found, "Patient")
     if not one("patient"):
         raise ValueError(f"{resource} search needs a patient parameter")
@@ -154,16 +156,29 @@ def search(records, resource: str, params: dict[str, list[str]], now: str) -> di
         found = adapter.procedures(record)
     else:
         raise ValueError(f"unknown resource {resource!r}")
+    coded = {f"Encounter/{e['id']}": iso(e.get("period", {}).get("end")) for e in adapter.encounters(record)}
     out = []
     for r in found:
         r = json.loads(json.dumps(r))
-        moment = r.get("effectiveDateTime") or r.get("recordedDate") or r.get("performedDateTime") or ""
-        if moment:
-            r[next(k for k in ("effectiveDateTime", "recordedDate", "performedDateTime") if k in r)] = iso(moment)
-        if moment and (iso(moment) > now or not _date_filter(params.get("date", []), iso(moment))):
+        if "effectiveDateTime" in r:
+            r["effectiveDateTime"] = iso(r["effectiveDateTime"])
+        known = known_at(r, coded)
+        if not known or known > now or (r.get("effectiveDateTime") and
+                                         not _date_filter(params.get("date", []), r["effectiveDateTime"])):
             continue
         out.append(r)
     return adapter.bundle(out, resource)
+
+
+def known_at(resource: dict, coded: dict[str, str]) -> str:
+    """When a resource became known, as an instant ('' when it cannot be told: left out): a result at its time, an
+    order at its start, a diagnosis or procedure at its admission's discharge (when it is coded)."""
+    if resource.get("effectiveDateTime"):
+        return resource["effectiveDateTime"]
+    if resource["resourceType"] == "MedicationRequest":
+        timing = ((resource.get("dosageInstruction") or [{}])[0].get("timing") or {}).get("repeat") or {}
+        return iso((timing.get("boundsPeriod") or {}).get("start"))
+    return coded.get((resource.get("encounter") or {}).get("reference", ""), "")
 
 
 class MedAgentTools:

@@ -1,8 +1,9 @@
 """MedAgentBench's graders (`refsol.py`: one function per category) on ehrbench's stored references.
 
 A task passes only when the agent ended with FINISH (an invalid action or the round limit fails it); the answer is
-`json.loads` of what is inside FINISH(...). POSTs count when the server accepted them (the next message says so);
-`url` and payload are read as the original's `extract_posts` reads them. Where the original re-queries its FHIR
+`json.loads` of what is inside FINISH(...). An order counts when the server accepted it (the next message says so;
+`url` and payload as the original's `extract_posts` reads them); "no order" means no agent message with POST in it
+at all, accepted or not (its `check_has_post`). Where the original re-queries its FHIR
 server for the truth, the reference stored with the task (computed through the same searches at authoring) stands
 in. Each check's failure is named (the trial's `medagent/why`).
 """
@@ -25,6 +26,11 @@ def finish_answer(record: TrialRecord):
         return True, json.loads(text[len("FINISH("):-1])
     except json.JSONDecodeError:
         return True, None
+
+
+def has_post(record: TrialRecord) -> bool:
+    """The original's `check_has_post`: any agent message with "POST" in it, accepted or not."""
+    return any("POST" in (m.get("content") or "") for m in record.messages if m["role"] == "assistant")
 
 
 def accepted_posts(record: TrialRecord) -> list[tuple[str, dict]]:
@@ -78,10 +84,10 @@ def grade(task: MedTask, record: TrialRecord) -> tuple[bool, str]:
     try:
         category = task.category
         if category in ("task1", "task2", "task4", "task7"):
-            _check(not posts, "a POST where none was asked for")
+            _check(not has_post(record), "a POST where none was asked for")
             _answer_is(answer, ref)
         elif category == "task6":
-            _check(not posts, "a POST where none was asked for")
+            _check(not has_post(record), "a POST where none was asked for")
             _check(isinstance(answer, list) and len(answer) == 1 and isinstance(answer[0], (int, float))
                    and abs(answer[0] - ref[0]) < 0.1, f"answer {answer!r}, expected about {ref}")
         elif category == "task3":
@@ -97,8 +103,11 @@ def grade(task: MedTask, record: TrialRecord) -> tuple[bool, str]:
             _subject(p, mrn)
         elif category == "task5":
             v = ref[0] if ref != [-1] else None
-            if v is None or v > 1.9:
-                _check(not posts, "an order where none was due")
+            if v is None:                    # the original: no result in 24 h, no POST: passed, whatever the answer
+                _check(not has_post(record), "an order where no result was recorded")
+                return True, "passed"
+            if v > 1.9:
+                _check(not has_post(record), "an order where none was due")
             else:
                 _check(len(posts) == 1, f"{len(posts)} POSTs, expected 1")
                 url, p = posts[0]
@@ -126,7 +135,7 @@ def grade(task: MedTask, record: TrialRecord) -> tuple[bool, str]:
         elif category == "task9":
             v = ref[0] if ref != [-1] else None
             if v is None or v >= 3.5:
-                _check(not posts, "an order where none was due")
+                _check(not has_post(record), "an order where none was due")
             else:
                 _check(len(posts) == 2, f"{len(posts)} POSTs, expected 2")
                 (url, p), (url2, p2) = posts
@@ -158,7 +167,7 @@ def grade(task: MedTask, record: TrialRecord) -> tuple[bool, str]:
                 _check(p.get("authoredOn") == now and p.get("priority") == "stat", "authoredOn or priority")
                 _order(p, mrn)
             else:
-                _check(not posts, "an order where none was due")
+                _check(not has_post(record), "an order where none was due")
             _check(answer in (ref, []), f"answer {answer!r}, expected {ref} or []")
         else:
             return False, f"unknown category {category}"

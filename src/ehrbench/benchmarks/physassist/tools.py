@@ -16,7 +16,7 @@ from .adapter import PatientRecord
 from .compact import compact
 from .fhir import PATIENT_TOOLS, SEARCHES, WRITES, canonical, clean_arguments, run_search, run_write
 
-MAX_OPEN = 256
+MAX_OPEN = 4096
 
 
 class FhirRecords:
@@ -41,7 +41,7 @@ class FhirRecords:
         with self.lock:
             self.open[subject_id] = record
             evicted = [self.open.popitem(last=False)[1] for _ in range(max(0, len(self.open) - MAX_OPEN))]
-        for old in evicted:
+        for old in evicted:                 # closed under its lock: a query running on it finishes first
             old.close()
         return record
 
@@ -52,11 +52,17 @@ class FhirRecords:
     def find_patients(self, identifier: str | None, gender: str | None, age) -> list[dict]:
         """Patient resources by identifier, or gender and age (MedAgentBench's Patient search on a world without
         names): the population's Patients are read once."""
-        if self._population is None:
+        if self._population is None:        # read once, without keeping every patient's record open
             from .adapter import patient
 
-            ids = sorted(int(p.stem.split("_")[1]) for p in self.folder.glob("patient_*.db"))
-            self._population = [r for r in (patient(self._record(i)) for i in ids) if r]
+            found = []
+            for path in sorted(self.folder.glob("patient_*.db")):
+                record = PatientRecord(path, self.folder / "reference.db")
+                try:
+                    found.append(patient(record))
+                finally:
+                    record.close()
+            self._population = [r for r in found if r]
         out = self._population
         if identifier is not None:
             out = [p for p in out if p["id"] == str(identifier).split("/")[-1]]
@@ -72,7 +78,7 @@ class FhirRecords:
 
         try:
             return search(self, resource, params, now)
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, AttributeError, KeyError) as e:
             return {"error": str(e)}
 
     def search(self, subject_id: int, name: str, arguments: dict, current_date: str) -> dict:
