@@ -275,7 +275,7 @@ def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: i
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     from .runtime.checkpoint import run_identity, task_digest
-    from .runtime.runner import run_trials
+    from .runtime.runner import placement, run_trials
 
     params = OmegaConf.to_container(cfg, resolve=True)
     conf = validate(params, absolute=to_absolute_path)                               # 1. config, benchmark
@@ -317,6 +317,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         describe_inputs(tracker, bench, tasks, digest, reports)
+        where = placement(runtime)                # which node each actor landed on, by role
+        tracker.log_text(json.dumps(where, indent=2), "placement.json")
+        tracker.set_tags({"ehrbench.nodes": str(len({n for nodes in where.values() for n in nodes.values()}))})
         stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
                            max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,
                            skip=done, chains=bench.schedule(tasks, conf.run.trials))

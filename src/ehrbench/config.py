@@ -65,6 +65,7 @@ class RuntimeOptions:
     db_replicas: int = field(default=1, metadata=rule(int, low=1))         # whole-database shards per database
     trial_workers: int = field(default=0, metadata=rule(int, low=0))       # 0: one per CPU of the cluster
     user_simulators: int = field(default=0, metadata=rule(int, low=0))     # 0: users live inside the trial workers
+    placement: str = field(default="spread", metadata=rule(str, choices=("spread", "roles")))  # where actors go
 
     def __post_init__(self):
         _check(self, "runtime", "conf/runtime/*.yaml")

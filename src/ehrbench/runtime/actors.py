@@ -33,6 +33,10 @@ from ..trial import InfrastructureError, Turn, TrialRecord
 from .hosts import ActorHost, PatientRouter, ServiceHost
 
 
+ROLE_RESOURCES = {"trials": "ehrbench_trials", "data": "ehrbench_data", "users": "ehrbench_users",
+                  "index": "ehrbench_index"}
+
+
 @dataclass(frozen=True)
 class ActorNames:
     """The names of one run's shared actors: `<prefix>/db/<db_id>/<replica>`, `<prefix>/index`, `<prefix>/user/<i>`."""
@@ -42,6 +46,16 @@ class ActorNames:
     index_hosted: bool = True                       # False: the benchmark embeds nothing
     memory_hosted: bool = False                     # True: the benchmark's agents share a run-wide memory
     services: dict = field(default_factory=dict)    # the benchmark's services: name -> shards
+    placement: str = "spread"                       # spread: over every node; roles: on the nodes offering the role
+
+    def place(self, role: str) -> dict:
+        """Ray options for an actor of `role` (trials, data, users, index): spread over the nodes, and with
+        `runtime.placement=roles` only on nodes that offer the role's custom resource (`ROLE_RESOURCES`, given by
+        `ray start --resources`), so a cluster operator decides which nodes run trials and which hold data."""
+        out: dict = {"scheduling_strategy": "SPREAD"}
+        if self.placement == "roles":
+            out["resources"] = {ROLE_RESOURCES[role]: 0.001}
+        return out
 
     def database(self, db_id: str, i: int) -> str:
         return f"{self.prefix}/db/{db_id}/{i}"
@@ -61,8 +75,15 @@ class ActorNames:
         return f"{self.prefix}/service/{name}/{i}"
 
 
+class Placed:
+    """Every actor says which node it runs on (the run records where each role landed)."""
+
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
 @ray.remote(max_restarts=3, max_task_retries=0)
-class DatabaseShard:
+class DatabaseShard(Placed):
     """One database file: a whole-database replica, or one patient partition of it.
 
     Ray does not retry its calls: a query that failed on its merits raises `QueryError` (retrying cannot fix it) and
@@ -93,7 +114,7 @@ class DatabaseShard:
 
 
 @ray.remote(max_restarts=3, max_task_retries=0)
-class ServiceShard:
+class ServiceShard(Placed):
     """One shard of a benchmark's service: the object `Benchmark.service` builds, its methods called remotely.
     Threaded (`max_concurrency`), so one trial's slow call does not hold up the others'."""
 
@@ -110,13 +131,13 @@ class ServiceShard:
 def start_services(services: dict[str, int], settings: TrialSettings, paths: dict[str, str], names: ActorNames,
                    concurrency: int = 16) -> dict[str, list]:
     """Every shard of every service, spread over the cluster's nodes, named for the trial workers."""
-    return {name: [ServiceShard.options(max_concurrency=concurrency, scheduling_strategy="SPREAD",
-                                        name=names.service(name, i)).remote(settings, name, i, n, paths)
+    return {name: [ServiceShard.options(max_concurrency=concurrency, name=names.service(name, i),
+                                        **names.place("data")).remote(settings, name, i, n, paths)
                    for i in range(n)] for name, n in services.items()}
 
 
 @ray.remote(max_restarts=3, max_task_retries=3)
-class ValueIndexActor:
+class ValueIndexActor(Placed):
     """Holds the embedding model and every FAISS index; asks Ray for a GPU when the cluster has one."""
 
     def __init__(self, cache_dir: str, embedder: dict | None = None):
@@ -159,7 +180,7 @@ class ValueIndexActor:
 
 
 @ray.remote(num_cpus=0, max_restarts=3, max_task_retries=0)
-class UserSimulatorActor:
+class UserSimulatorActor(Placed):
     """Many simulated users at once: one `Conversation` per trial attempt, keyed by a conversation id."""
 
     def __init__(self):
@@ -184,7 +205,7 @@ class UserSimulatorActor:
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
-class MemoryActor:
+class MemoryActor(Placed):
     """A run's shared memory: streams of items, each kept under a key so that storing a trial's items again (a
     retried or resumed trial) replaces them instead of adding a copy.
 
@@ -215,8 +236,8 @@ class MemoryActor:
         return list(self.streams.get(stream, {}).values())
 
 
-def start_memory(name: str):
-    return MemoryActor.options(name=name).remote()
+def start_memory(names: ActorNames):
+    return MemoryActor.options(name=names.memory, **names.place("data")).remote()
 
 
 class RemoteConversation:
@@ -263,7 +284,7 @@ class RemoteUsers:
 
 
 @ray.remote(num_cpus=0, max_restarts=5, max_task_retries=0)
-class TrialWorker:
+class TrialWorker(Placed):
     """Runs up to `max_concurrency` trials at once; every tool, user and model call is awaited."""
 
     def __init__(self, names: ActorNames, settings: TrialSettings):
@@ -284,18 +305,20 @@ class TrialWorker:
         return records
 
 
-def start_value_index(cache_dir: str, name: str | None = None, embedder: dict | None = None):
+def start_value_index(cache_dir: str, name: str | None = None, embedder: dict | None = None,
+                      names: ActorNames | None = None):
     local = (embedder or {}).get("provider", "local") == "local"     # an API embedder needs no GPU
     gpus = 1 if local and ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4, name=name).remote(cache_dir, embedder)
+    place = names.place("index") if names else {}
+    return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4, name=name, **place).remote(cache_dir, embedder)
 
 
 def start_database(path: str, db_id: str, replicas: int = 1, concurrency: int = 8,
                    names: ActorNames | None = None) -> list:
     """`replicas` whole-database shards of one file, spread over the cluster's nodes."""
-    return [DatabaseShard.options(max_concurrency=concurrency, scheduling_strategy="SPREAD",
-                                  name=names.database(db_id, i) if names else None).remote(path, db_id)
-            for i in range(replicas)]
+    place = names.place("data") if names else {"scheduling_strategy": "SPREAD"}
+    return [DatabaseShard.options(max_concurrency=concurrency, name=names.database(db_id, i) if names else None,
+                                  **place).remote(path, db_id) for i in range(replicas)]
 
 
 def start_patient_shards(path: str, db_id: str, n: int) -> PatientRouter:
@@ -306,10 +329,10 @@ def start_patient_shards(path: str, db_id: str, n: int) -> PatientRouter:
 
 
 def start_user_simulators(names: ActorNames) -> list:
-    return [UserSimulatorActor.options(max_concurrency=10_000, scheduling_strategy="SPREAD",
-                                       name=names.user(i)).remote() for i in range(names.users)]
+    return [UserSimulatorActor.options(max_concurrency=10_000, name=names.user(i), **names.place("users")).remote()
+            for i in range(names.users)]
 
 
 def start_trial_workers(n: int, per_worker: int, names: ActorNames, settings: TrialSettings) -> list:
-    return [TrialWorker.options(max_concurrency=per_worker, scheduling_strategy="SPREAD").remote(names, settings)
+    return [TrialWorker.options(max_concurrency=per_worker, **names.place("trials")).remote(names, settings)
             for _ in range(n)]

@@ -22,8 +22,8 @@ from tqdm import tqdm
 from ..benchmark import TrialSettings
 from ..config import RuntimeOptions
 from ..trial import Termination, TrialRecord
-from .actors import (ActorNames, start_database, start_memory, start_services, start_trial_workers,
-                     start_user_simulators, start_value_index)
+from .actors import (ROLE_RESOURCES, ActorNames, start_database, start_memory, start_services,
+                     start_trial_workers, start_user_simulators, start_value_index)
 from .rate_limits import start_rate_limiters
 
 log = logging.getLogger(__name__)
@@ -48,13 +48,43 @@ def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptio
     """Database shards, the value index, the shared memory, the benchmark's services (built from `settings`) and
     user simulators; trial workers come once the settings are final."""
     names = ActorNames(replicas={db_id: options.db_replicas for db_id in paths}, users=options.user_simulators,
-                       index_hosted=with_index, memory_hosted=with_memory, services=dict(services or {}))
+                       index_hosted=with_index, memory_hosted=with_memory, services=dict(services or {}),
+                       placement=options.placement)
+    check_placement(names, bool(paths or services or with_memory))
     return Runtime(names, {db_id: start_database(p, db_id, options.db_replicas, names=names)
                            for db_id, p in paths.items()},
-                   start_value_index(index_cache, names.index, embedder) if with_index else None,
-                   start_memory(names.memory) if with_memory else None,
+                   start_value_index(index_cache, names.index, embedder, names) if with_index else None,
+                   start_memory(names) if with_memory else None,
                    start_services(names.services, settings, paths, names) if names.services else {},
                    users=start_user_simulators(names))
+
+
+def check_placement(names: ActorNames, has_data: bool) -> None:
+    """`runtime.placement=roles` needs a node offering each role the run uses; otherwise stop at start, saying how."""
+    from ..llm.base import ConfigurationError
+
+    if names.placement != "roles":
+        return
+    needed = ["trials"] + (["data"] if has_data else []) + (["users"] if names.users else []) + \
+        (["index"] if names.index_hosted else [])
+    offered = ray.cluster_resources()
+    missing = [ROLE_RESOURCES[r] for r in needed if offered.get(ROLE_RESOURCES[r], 0) <= 0]
+    if missing:
+        raise ConfigurationError(
+            f"runtime.placement=roles: no node of the cluster offers {missing}; start the nodes that should hold "
+            f"them with ray start --address=<head> --resources='{{\"{missing[0]}\": 1000}}' (README, On a Ray "
+            "cluster), or run with runtime.placement=spread")
+
+
+def placement(runtime: Runtime) -> dict[str, dict[str, str]]:
+    """Which node each actor landed on, by role (recorded with the run)."""
+    actors = {"trials": runtime.workers, "users": runtime.users,
+              "data": [a for shards in runtime.databases.values() for a in shards]
+              + [a for shards in runtime.services.values() for a in shards]
+              + ([runtime.memory] if runtime.memory is not None else []),
+              "index": [runtime.index] if runtime.index is not None else []}
+    return {role: {f"{role}/{i}": node for i, node in enumerate(ray.get([a.node.remote() for a in handles]))}
+            for role, handles in actors.items() if handles}
 
 
 def start_workers(runtime: Runtime, settings: TrialSettings, options: RuntimeOptions = RuntimeOptions()) -> \

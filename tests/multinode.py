@@ -1,0 +1,119 @@
+"""A multi-node Ray cluster on this one machine, started as an operator would start one: a head (`jobs/start-ray-head.sh`)
+that runs no trials, and worker nodes (`jobs/start-ray-worker.sh --address=...`), each its own raylet with its own
+CPUs, custom role resources and ports, each in a process group of its own, so a test can take one node away (its
+raylet and its workers, by process id) and stop exactly what it started. Used by tests/test_multinode.py and
+bench/bench_scaleout.py."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, wait_s: float = 60) -> None:
+    """`sig` to the process group `proc` leads, then SIGKILL to whatever is left of it."""
+    for s, wait in ((sig, wait_s), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, s)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@dataclass
+class MultiNodeCluster:
+    scratch: Path
+    env: dict
+    port: int = field(default_factory=free_port)
+    head: subprocess.Popen | None = None
+    nodes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    _window: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start_head(self) -> None:
+        self.head = self._start("head", ["jobs/start-ray-head.sh", f"--port={self.port}", "--num-cpus=0",
+                                         "--resources=" + json.dumps({"ehrbench_head": 1}),
+                                         "--include-dashboard=false", f"--temp-dir={self.scratch / 'r'}"])
+        self._wait(lambda: "Ray runtime started" in (self.scratch / "head.log").read_text(), "the head")
+
+    def add_node(self, name: str, resources: dict, cpus: int = 1) -> None:
+        """A worker node with its own ports (several raylets on one machine must not share any)."""
+        alive = self.alive()
+        self._window += 1
+        low = 30000 + 500 * self._window          # above the default worker ports (10002-19999) of any other node
+        ports = {f"--{p}": free_port() for p in ("node-manager-port", "object-manager-port", "metrics-export-port",
+                                                 "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                 "runtime-env-agent-port")}
+        self.nodes[name] = self._start(name, ["jobs/start-ray-worker.sh", f"--address={self.address}",
+                                              f"--num-cpus={cpus}", "--resources=" + json.dumps(resources),
+                                              f"--min-worker-port={low}", f"--max-worker-port={low + 499}",
+                                              *(f"{k}={v}" for k, v in ports.items())])
+        self._wait(lambda: self.alive() > alive, f"node {name}")
+
+    def lose_node(self, name: str) -> None:
+        """The node gone at once: its raylet and workers killed (SIGKILL to its process group)."""
+        stop_group(self.nodes.pop(name), signal.SIGKILL, 10)
+
+    def alive(self) -> int:
+        out = subprocess.run([sys.executable, "-c", "import ray; ray.init(address=%r, log_to_driver=False); "
+                              "print(sum(n['Alive'] for n in ray.nodes()))" % self.address],
+                             capture_output=True, text=True, env=self.env, timeout=120)
+        return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
+
+    def node_ids(self) -> dict[str, str]:
+        """Node id -> the roles it offers (its ehrbench_* resources), for every live node."""
+        out = subprocess.run([sys.executable, "-c", "import json, ray; ray.init(address=%r, log_to_driver=False); "
+                              "print(json.dumps({n['NodeID']: sorted(k for k in n['Resources'] if k.startswith("
+                              "'ehrbench_')) for n in ray.nodes() if n['Alive']}))" % self.address],
+                             capture_output=True, text=True, env=self.env, timeout=120)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def stop(self) -> None:
+        for name in list(self.nodes):
+            stop_group(self.nodes.pop(name))
+        if self.head is not None:
+            stop_group(self.head)
+
+    def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        log = (self.scratch / f"{name}.log").open("w")
+        return subprocess.Popen(["bash", *cmd, "--block"], cwd=ROOT, env=self.env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _wait(self, ready, what: str, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            time.sleep(1.0)
+        logs = {p.name: p.read_text()[-1500:] for p in self.scratch.glob("*.log")}
+        raise RuntimeError(f"{what} did not start in {timeout_s} s: {logs}")
+
+
+def cluster_env(scratch: Path) -> dict:
+    """The environment of the cluster's processes and of its clients: a token (the test session's, when it has one),
+    the venv's ray on PATH."""
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": os.environ.get("RAY_AUTH_TOKEN_PATH") or str(scratch / "auth_token"),
+            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
