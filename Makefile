@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-agentehr bench-physassist clean
+.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-agentehr bench-physassist bench-scaleout clean
 install: $(BIN)/.installed
 
 run: install
@@ -51,6 +51,9 @@ bench-agentehr: install
 
 bench-physassist: install
 	$(BIN)/python bench/bench_physassist.py $(ARGS)
+
+bench-scaleout: install
+	$(BIN)/python bench/bench_scaleout.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) data/generated mlruns/* .cache

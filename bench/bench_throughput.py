@@ -52,6 +52,8 @@ def main() -> None:
     ap.add_argument("--user-simulators", type=int, default=0, help="UserSimulatorActors (0: users in the workers)")
     ap.add_argument("--mlflow", action="store_true", help="stream every trial to MLflow as a trace, as the main job")
     ap.add_argument("--benchmark", default="ehrchatqa", help="conf/benchmark/<name>.yaml, with its reference agent")
+    ap.add_argument("--address", default=None, help="an existing Ray cluster (bench/bench_scaleout.py starts them)")
+    ap.add_argument("--placement", default="spread", choices=["spread", "roles"], help="runtime.placement")
     args = ap.parse_args()
 
     import ray
@@ -79,11 +81,14 @@ def main() -> None:
     tasks = bench.resolve_tasks(bench.tasks(), paths)          # as the main job: answers, per-patient files
     user = "none" if bench.users == ("none",) else "scripted"
     cores = os.cpu_count()
-    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}}
+    if args.address:
+        ray.init(address=args.address, log_to_driver=False, runtime_env=env)
+    else:
+        ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, runtime_env=env)
     runtime = start_runtime(paths, str(ROOT / "data" / "generated" / "value_index"),
-                            RuntimeOptions(user_simulators=args.user_simulators), services=resources.services,
-                            settings=TrialSettings(args.benchmark, bench_options))
+                            RuntimeOptions(user_simulators=args.user_simulators, placement=args.placement),
+                            services=resources.services, settings=TrialSettings(args.benchmark, bench_options))
     if bench.resources().indexed_columns:
         build_indexes(runtime.databases, runtime.index, bench.resources().indexed_columns)
     tmp = Path(tempfile.mkdtemp(prefix="ehrbench-throughput-"))
@@ -92,7 +97,8 @@ def main() -> None:
           f"{', every trial traced to MLflow' if args.mlflow else ''}\n")
 
     def run(n_trials: int, concurrency: int, latency: float, label: str):
-        options = RuntimeOptions(max_in_flight=concurrency, user_simulators=args.user_simulators)
+        options = RuntimeOptions(max_in_flight=concurrency, user_simulators=args.user_simulators,
+                                 placement=args.placement)
         for worker in runtime.workers:
             ray.kill(worker)
         settings = TrialSettings(args.benchmark, bench_options, user=user, agent_latency_s=latency,

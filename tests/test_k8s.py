@@ -1,6 +1,7 @@
 """Schema-level checks of k8s/: required fields, pinned images, resources, no inline secrets, and that the RayJob's
 command is an ehrbench command that composes, the vLLM server serves what the model config asks for, and MLflow
 has a SQL backend and an artifact store."""
+import json
 import shlex
 from pathlib import Path
 
@@ -65,6 +66,11 @@ def test_rayjob_runs_the_evaluation_app_with_overrides_that_compose(monkeypatch)
     assert cfg.tracking.uri.endswith(f":{mlflow}")
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert head["workingDir"] == "/app"
+    assert cfg.runtime.placement == "roles" and job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"][
+        "num-cpus"] == "0"                                               # the head runs no trials
+    offered = json.loads(json.loads(job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["rayStartParams"]
+                                    ["resources"]))
+    assert {"ehrbench_trials", "ehrbench_data", "ehrbench_users", "ehrbench_index"} <= set(offered)
 
 
 def test_raycluster_has_cpu_workers_and_an_optional_gpu_group():
@@ -72,6 +78,10 @@ def test_raycluster_has_cpu_workers_and_an_optional_gpu_group():
     gpu = groups["gpu"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert gpu["nvidia.com/gpu"] == "1" and groups["gpu"]["minReplicas"] == 0
     assert groups["cpu"]["minReplicas"] >= 1
+    roles = {g: set(json.loads(json.loads(groups[g]["rayStartParams"]["resources"]))) for g in groups}
+    assert {"ehrbench_trials", "ehrbench_data", "ehrbench_users", "ehrbench_index"} <= roles["cpu"]
+    assert roles["gpu"] == {"ehrbench_index"}
+    assert by_kind("RayCluster")["spec"]["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
 
 
 def test_vllm_serves_the_model_the_config_names_with_tool_calling():

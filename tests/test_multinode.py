@@ -97,7 +97,7 @@ def test_actors_land_on_their_roles_nodes_and_results_equal_the_single_node_run(
 
 def test_a_node_lost_mid_run_costs_retries_never_a_trial_and_a_new_node_is_used(multinode, shared, tmp_path):
     cmd = _job(tmp_path, shared, multinode.address, "runtime.placement=roles", "model.latency_s=0.3",
-               "user.latency_s=0.3", "limit_tasks=6")
+               "user.latency_s=0.3", "limit_tasks=6", "runtime.max_in_flight=8", "runtime.trial_workers=4")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=multinode.env)
     deadline = time.monotonic() + 600
@@ -109,6 +109,11 @@ def test_a_node_lost_mid_run_costs_retries_never_a_trial_and_a_new_node_is_used(
             pass
         time.sleep(0.5)
     assert proc.poll() is None, "the run ended before the node could be lost"
+    [placed] = list((tmp_path / "mlruns").rglob("placement.json"))
+    on = set(json.loads(placed.read_text())["trials"].values())
+    offers = multinode.node_ids()
+    [w2] = [n for n, roles in offers.items() if roles == ["ehrbench_data", "ehrbench_trials"]]
+    assert w2 in on, "no trial worker on w2 to lose"
     multinode.lose_node("w2")                        # trial workers and a database replica go with it
     multinode.add_node("w4", ROLES["w2"])            # a node comes (back) with the same roles
     out, err = proc.communicate(timeout=900)

@@ -53,8 +53,8 @@ class ActorNames:
         `runtime.placement=roles` only on nodes that offer the role's custom resource (`ROLE_RESOURCES`, given by
         `ray start --resources`), so a cluster operator decides which nodes run trials and which hold data."""
         out: dict = {"scheduling_strategy": "SPREAD"}
-        if self.placement == "roles":
-            out["resources"] = {ROLE_RESOURCES[role]: 0.001}
+        if self.placement == "roles":      # an actor given resources would also hold a CPU for its lifetime (Ray's
+            out.update(resources={ROLE_RESOURCES[role]: 0.001}, num_cpus=0)    # default): ours wait on I/O
         return out
 
     def database(self, db_id: str, i: int) -> str:
