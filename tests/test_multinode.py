@@ -14,6 +14,7 @@ import pytest
 
 from .conftest import ROOT
 from .multinode import MultiNodeCluster, cluster_env
+from .test_faults import _records          # the checkpoint read as the run's loader reads it
 
 ROLES = {"w1": {"ehrbench_trials": 1000},
          "w2": {"ehrbench_trials": 1000, "ehrbench_data": 1000},
@@ -52,17 +53,6 @@ def _job(tmp_path: Path, shared: Path, address: str, *extra: str) -> list[str]:
 def _run(cmd: list[str], env=None, timeout: float = 900) -> subprocess.CompletedProcess:
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    return out
-
-
-def _records(tmp_path: Path) -> list[dict]:
-    [folder] = [p for p in (tmp_path / "mlruns" / "runs").iterdir() if "." not in p.name]
-    out = []
-    for line in (folder / "records.jsonl").read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
     return out
 
 
