@@ -1,6 +1,7 @@
 """Distributed for real: four Ray nodes on this machine (a head that runs no trials, three worker nodes started with
 `ray start --address`), actors placed by role, the same results as on one node, and a worker node lost mid-run
-(raylet and workers killed by process id) while another joins: every trial finished exactly once, retries counted."""
+(raylet and workers killed by process id) while another joins: every trial finished exactly once, retries counted;
+the driver killed and rerun, as on one node."""
 from __future__ import annotations
 
 import json
@@ -117,3 +118,29 @@ def test_a_node_lost_mid_run_costs_retries_never_a_trial_and_a_new_node_is_used(
     assert run.data.metrics["SR-2"] == 100.0 and run.data.metrics["incomplete"] == 0
     assert run.data.metrics["trial_resubmissions"] == len(infra)           # each broken attempt ran again
     assert multinode.alive() >= 4
+
+
+def test_the_driver_killed_on_several_nodes_resumes_without_duplicates_or_loss(multinode, shared, tmp_path):
+    """The head-side fault of tests/test_faults.py, on the four nodes: the driver SIGKILLed mid-run, then rerun."""
+    import signal
+
+    cmd = _job(tmp_path, shared, multinode.address, "runtime.placement=roles", "limit_tasks=5",
+               "runtime.max_in_flight=8", "model.latency_s=0.1")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=multinode.env)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if len(_records(tmp_path)) >= 8:
+                break
+        except (FileNotFoundError, ValueError):
+            pass
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    before = {(r["task_key"], r["trial"]) for r in _records(tmp_path)}
+    assert 8 <= len(before) < 2 * 5 * 4                                 # killed part-way
+    out = _run(cmd, env=multinode.env)
+    keys = [(r["task_key"], r["trial"]) for r in _records(tmp_path)]
+    assert len(keys) == len(set(keys)) == 2 * 5 * 4 and before <= set(keys)     # no duplicate, no loss
+    assert "resuming run" in out.stderr + out.stdout
+    assert _run_info(tmp_path).data.metrics["SR-2"] == 100.0
