@@ -54,22 +54,27 @@ class MultiNodeCluster:
     def start_head(self) -> None:
         self.head = self._start("head", ["jobs/start-ray-head.sh", f"--port={self.port}", "--num-cpus=0",
                                          "--resources=" + json.dumps({"ehrbench_head": 1}),
-                                         "--include-dashboard=false", f"--temp-dir={self.scratch / 'r'}"])
+                                         "--include-dashboard=false", f"--temp-dir={self.scratch / 'r'}",
+                                         *self._own_ports()])
         self._wait(lambda: "Ray runtime started" in (self.scratch / "head.log").read_text(), "the head")
 
     def add_node(self, name: str, resources: dict, cpus: int = 1) -> None:
         """A worker node with its own ports (several raylets on one machine must not share any)."""
         alive = self.alive()
-        self._window += 1
-        low = 30000 + 500 * self._window          # above the default worker ports (10002-19999) of any other node
-        ports = {f"--{p}": free_port() for p in ("node-manager-port", "object-manager-port", "metrics-export-port",
-                                                 "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
-                                                 "runtime-env-agent-port")}
         self.nodes[name] = self._start(name, ["jobs/start-ray-worker.sh", f"--address={self.address}",
                                               f"--num-cpus={cpus}", "--resources=" + json.dumps(resources),
-                                              f"--min-worker-port={low}", f"--max-worker-port={low + 499}",
-                                              *(f"{k}={v}" for k, v in ports.items())])
+                                              *self._own_ports()])
         self._wait(lambda: self.alive() > alive, f"node {name}")
+
+    def _own_ports(self) -> list[str]:
+        """Ports of a node's own: Ray's defaults (the dashboard agent's 52365, ...) would collide with any other node
+        on this machine, another cluster's included."""
+        self._window += 1
+        low = 20000 + 500 * self._window          # above the default worker ports (10002-19999), below ephemeral ones
+        ports = {p: free_port() for p in ("node-manager-port", "object-manager-port", "metrics-export-port",
+                                          "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                          "runtime-env-agent-port")}
+        return [f"--min-worker-port={low}", f"--max-worker-port={low + 499}", *(f"--{k}={v}" for k, v in ports.items())]
 
     def lose_node(self, name: str) -> None:
         """The node gone at once: its raylet and workers killed (SIGKILL to its process group)."""
