@@ -1,7 +1,7 @@
 """Distributed for real: four Ray nodes on this machine (a head that runs no trials, three worker nodes started with
 `ray start --address`), actors placed by role, the same results as on one node, and a worker node lost mid-run
 (raylet and workers killed by process id) while another joins: every trial finished exactly once, retries counted;
-the driver killed and rerun, as on one node."""
+the driver killed and rerun, and the MLflow server gone mid-run, as on one node."""
 from __future__ import annotations
 
 import json
@@ -144,3 +144,35 @@ def test_the_driver_killed_on_several_nodes_resumes_without_duplicates_or_loss(m
     assert len(keys) == len(set(keys)) == 2 * 5 * 4 and before <= set(keys)     # no duplicate, no loss
     assert "resuming run" in out.stderr + out.stdout
     assert _run_info(tmp_path).data.metrics["SR-2"] == 100.0
+
+
+def test_the_mlflow_server_down_on_several_nodes_loses_nothing_and_a_rerun_completes(multinode, shared, tmp_path):
+    """The other head-side fault of tests/test_faults.py, on the four nodes: the tracking server gone mid-run."""
+    import os
+
+    from .multinode import free_port
+    from .test_faults import _start_mlflow_server, _stop, _wait_for_records
+
+    port = free_port()
+    env = {**multinode.env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+    cmd = _job(tmp_path, shared, multinode.address, "runtime.placement=roles", "limit_tasks=5",
+               "runtime.max_in_flight=8", "model.latency_s=0.1", "tracking=server",
+               f"tracking.uri=http://127.0.0.1:{port}")
+    server = _start_mlflow_server(tmp_path, port)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    _wait_for_records(tmp_path, 8, proc)
+    _stop(server)                                                       # the server goes away mid-run
+    proc.communicate(timeout=600)
+    assert proc.returncode != 0                                         # loudly
+    on_disk = {(r["task_key"], r["trial"]) for r in _records(tmp_path)}
+    assert len(on_disk) >= 8                                            # nothing that finished is lost
+    server = _start_mlflow_server(tmp_path, port)                       # back again
+    try:
+        _run(cmd, env=env)
+        keys = [(r["task_key"], r["trial"]) for r in _records(tmp_path)]
+        assert len(keys) == len(set(keys)) == 2 * 5 * 4 and on_disk <= set(keys)
+        mlflow.set_tracking_uri(f"http://127.0.0.1:{port}")
+        [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+        assert run.data.metrics["SR-2"] == 100.0 and os.path.exists(tmp_path / "server.db")
+    finally:
+        _stop(server)
