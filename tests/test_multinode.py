@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import mlflow
@@ -15,7 +14,7 @@ import pytest
 
 from .conftest import ROOT
 from .multinode import MultiNodeCluster, cluster_env
-from .test_faults import _records          # the checkpoint read as the run's loader reads it
+from .test_faults import _records, _wait_for_records   # the checkpoint read as the run's loader reads it
 
 ROLES = {"w1": {"ehrbench_trials": 1000},
          "w2": {"ehrbench_trials": 1000, "ehrbench_data": 1000},
@@ -91,14 +90,7 @@ def test_a_node_lost_mid_run_costs_retries_never_a_trial_and_a_new_node_is_used(
                "user.latency_s=0.3", "limit_tasks=6", "runtime.max_in_flight=8", "runtime.trial_workers=4")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=multinode.env)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if len(_records(tmp_path)) >= 6:
-                break
-        except (FileNotFoundError, ValueError):
-            pass
-        time.sleep(0.5)
+    _wait_for_records(tmp_path, 6, proc, timeout=600)
     assert proc.poll() is None, "the run ended before the node could be lost"
     [placed] = list((tmp_path / "mlruns").rglob("placement.json"))
     on = set(json.loads(placed.read_text())["trials"].values())
@@ -127,14 +119,7 @@ def test_the_driver_killed_on_several_nodes_resumes_without_duplicates_or_loss(m
     cmd = _job(tmp_path, shared, multinode.address, "runtime.placement=roles", "limit_tasks=5",
                "runtime.max_in_flight=8", "model.latency_s=0.1")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=multinode.env)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if len(_records(tmp_path)) >= 8:
-                break
-        except (FileNotFoundError, ValueError):
-            pass
-        time.sleep(0.3)
+    _wait_for_records(tmp_path, 8, proc, timeout=600)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     before = {(r["task_key"], r["trial"]) for r in _records(tmp_path)}
@@ -151,7 +136,7 @@ def test_the_mlflow_server_down_on_several_nodes_loses_nothing_and_a_rerun_compl
     import os
 
     from .multinode import free_port
-    from .test_faults import _start_mlflow_server, _stop, _wait_for_records
+    from .test_faults import _start_mlflow_server, _stop
 
     port = free_port()
     env = {**multinode.env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
