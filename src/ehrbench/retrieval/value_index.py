@@ -4,6 +4,8 @@ Each (column values, embedding model) pair is embedded once: the index is saved 
 name and the sorted distinct values, so any process, any run, any database file with the same content reuses it,
 and a changed column gets a new index. On a machine with a CUDA device and faiss-gpu the search index moves to GPU.
 Query embeddings are kept in a bounded LRU cache: trials of one task search for the same values.
+An index with a `manifest` name also records which cached index serves which column, so a process that replaces it
+(a Ray actor restarted on another node after its node was lost) serves the same columns again from the cache alone.
 """
 from __future__ import annotations
 
@@ -38,13 +40,31 @@ def _to_gpu_if_available(index: faiss.Index) -> faiss.Index:
 class ValueIndex:
     """Similarity search over the pre-indexed text columns of one or more databases."""
 
-    def __init__(self, cache_dir: str | Path, embedder: Embedder | None = None):
+    def __init__(self, cache_dir: str | Path, embedder: Embedder | None = None, manifest: str | None = None):
         self.cache_dir = Path(cache_dir)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder or Embedder()
         self._columns: dict[tuple[str, str, str], tuple[faiss.Index, list[str]]] = {}
         self.embedded_values = 0  # strings embedded to build indexes (0 when every index came from the cache)
         self._embed_query = lru_cache(maxsize=8192)(lambda text: self.embedder.encode([text]))
+        self.manifest = self.cache_dir / "manifests" / f"{manifest}.json" if manifest else None
+        self._keys: dict[tuple[str, str, str], str] = {}    # (db, table, column) -> content key: the manifest
+        if self.manifest is not None and self.manifest.exists():
+            self._restore()
+
+    def _restore(self) -> None:
+        """Serve every column the manifest names, from the cached files (nothing is embedded)."""
+        for db_id, table, column, key in json.loads(self.manifest.read_text()):
+            index_file, values_file = self._files(key)
+            self._keys[(db_id, table, column)] = key          # already in the manifest
+            self._install((db_id, table, column), faiss.read_index(str(index_file)),
+                          json.loads(values_file.read_text()), key)
+        log.info("value index restored %d columns from %s", len(self._keys), self.manifest)
+
+    def forget(self) -> None:
+        """The run is over: drop its manifest (the cached indexes stay for the next run)."""
+        if self.manifest is not None:
+            self.manifest.unlink(missing_ok=True)
 
     def add_column(self, db_id: str, table: str, column: str, values: list[str]) -> str:
         """Index `values` (distinct, sorted) for (db_id, table, column); embed only if no cached index matches."""
@@ -62,8 +82,14 @@ class ValueIndex:
     def _files(self, key: str) -> tuple[Path, Path]:
         return self.cache_dir / f"{key}.faiss", self.cache_dir / f"{key}.json"
 
-    def _install(self, where: tuple[str, str, str], index: faiss.Index, values: list[str]) -> None:
+    def _install(self, where: tuple[str, str, str], index: faiss.Index, values: list[str], key: str) -> None:
         self._columns[where] = (_to_gpu_if_available(index), values)
+        if self.manifest is not None and self._keys.get(where) != key:
+            self._keys[where] = key
+            self.manifest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.manifest.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps([[*w, k] for w, k in self._keys.items()]))
+            os.replace(tmp, self.manifest)
 
     def indexed(self, db_id: str) -> list[tuple[str, str]]:
         return sorted((t, c) for d, t, c in self._columns if d == db_id)
@@ -81,6 +107,10 @@ class ValueIndex:
         try:
             index, values = self._columns[(db_id, table, column)]
         except KeyError:
+            if self.manifest is not None and not self.manifest.exists():     # restarted where the cache is not
+                raise RuntimeError(f"{table}.{column}: the value index has no manifest of its run at {self.manifest}; "
+                                   "on a cluster of several machines put data.index_cache on a volume every node "
+                                   "mounts (README, Several nodes)") from None
             raise KeyError(f"{table}.{column} is not indexed for similarity search") from None
         if not values:
             return []
@@ -99,7 +129,7 @@ class ColumnBuild:
         self.done = 0
         index_file, values_file = owner._files(self.key)
         if index_file.exists() and values_file.exists():
-            owner._install(where, faiss.read_index(str(index_file)), values)
+            owner._install(where, faiss.read_index(str(index_file)), values, self.key)
             self.done = len(values)
         elif not values:
             self._finish()
@@ -130,4 +160,4 @@ class ColumnBuild:
         tmp_values.write_text(json.dumps(self.values))
         os.replace(tmp_values, values_file)  # values first: an index file present means both are complete
         os.replace(tmp_index, index_file)
-        self.owner._install(self.where, index, self.values)
+        self.owner._install(self.where, index, self.values, self.key)
