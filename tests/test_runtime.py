@@ -93,6 +93,33 @@ def test_expired_lease_of_a_dead_client_is_given_back(ray_cluster):
     t = time.monotonic()
     ray.get(limiter.acquire.remote(), timeout=10)          # a lease that never expired would time out here
     assert 0.4 <= time.monotonic() - t < 5
+    assert ray.get(limiter.stats.remote())["expired_leases"] == 1
+
+
+def test_a_restarted_limiter_starts_empty_and_a_late_lease_of_its_predecessor_releases_nothing(ray_cluster):
+    """What a limiter whose node was lost does: Ray restarts it elsewhere; its predecessor's leases are unknown to it."""
+    from ehrbench.runtime.rate_limits import RateLimiterActor
+
+    limiter = RateLimiterActor.options(max_concurrency=100).remote(1, None, lease_s=600)
+    old = ray.get(limiter.acquire.remote(), timeout=10)
+    ray.kill(limiter, no_restart=False)                    # it dies; Ray restarts it (max_restarts=-1)
+    new = ray.get(limiter.acquire.remote(), timeout=60)    # the new one has no leases: granted at once
+    assert old.split("-")[0] != new.split("-")[0]         # ids carry the incarnation
+    ray.get(limiter.release.remote(old))                   # the old holder returns its lease late
+    assert ray.get(limiter.stats.remote())["in_flight"] == 1           # the new lease is still held
+    with pytest.raises(ray.exceptions.GetTimeoutError):
+        ray.get(limiter.acquire.remote(), timeout=2)                   # so the budget of 1 is still spent
+    ray.kill(limiter)
+
+
+def test_a_database_shard_on_a_node_without_its_file_names_the_file_the_node_and_the_fix(ray_cluster, tmp_path):
+    from ehrbench.runtime.actors import DatabaseShard
+
+    shard = DatabaseShard.options(max_restarts=0).remote(str(tmp_path / "not-here.sqlite"), "mimic_iv_star")
+    with pytest.raises(ray.exceptions.RayActorError) as lost:
+        ray.get(shard.table_names.remote(), timeout=60)
+    assert "not-here.sqlite is not on node" in str(lost.value)
+    assert "put data.root on a volume every node mounts" in str(lost.value)
 
 
 def test_trials_through_workers_and_user_simulator_actors(ray_cluster, tmp_path):

@@ -4,39 +4,52 @@ A provider's quota (requests in flight, requests per minute) belongs to the acco
 workers each holding its own limiter, a "concurrency: 8" model would see 64 requests at once. So the driver starts
 one named limiter actor per model config that sets `limits`, writes its name into that config
 (`limits.cluster_actor`), and every client built from it draws a lease from the actor for each request.
-A lease not returned within `lease_s` (its worker died mid-request) expires, so a crash never shrinks the budget.
+A lease not returned within `lease_s` (its worker died mid-request, or its whole node was lost) expires, so a crash
+never shrinks the budget. The limiter itself restarts when its node is lost (calls in flight are retried on the new
+one); it starts with no leases, and lease ids carry the incarnation that granted them, so a lease of the old one
+returned late releases nothing of the new one's. For that short while up to twice the budget may be in flight.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import itertools
+import re
 import time
+import uuid
 from collections import deque
 from dataclasses import replace
 
 import ray
 
+from .actors import ActorNames, Placed
+
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
-class RateLimiterActor:
+class RateLimiterActor(Placed):
     def __init__(self, concurrency: int, per_minute: int | None = None, lease_s: float = 600.0,
                  window_s: float = 60.0):
         self.concurrency, self.per_minute, self.lease_s, self.window_s = concurrency, per_minute, lease_s, window_s
-        self.leases: dict[int, float] = {}          # lease id -> expiry
+        self.leases: dict[str, float] = {}          # lease id -> expiry
         self.starts: deque[float] = deque()         # request starts within the window
+        self._incarnation = uuid.uuid4().hex[:8]    # a restarted limiter's ids never match its predecessor's
         self._ids = itertools.count()
         self._changed = asyncio.Condition()
         self.granted = 0
         self.peak = 0
         self.paused_until = 0.0
         self.pauses = 0
+        self.expired = 0                            # leases never returned (holder lost), taken back at expiry
 
-    def _wait_s(self, now: float) -> float:
-        """0 when a request may start now, else how long until that could change."""
+    def _expire(self, now: float) -> None:
         for lease, expiry in list(self.leases.items()):
             if expiry <= now:
                 del self.leases[lease]
+                self.expired += 1
+
+    def _wait_s(self, now: float) -> float:
+        """0 when a request may start now, else how long until that could change."""
+        self._expire(now)
         while self.starts and now - self.starts[0] >= self.window_s:
             self.starts.popleft()
         waits = [self.paused_until - now] if self.paused_until > now else []
@@ -46,20 +59,20 @@ class RateLimiterActor:
             waits.append(self.window_s - (now - self.starts[0]))
         return max(waits, default=0.0)
 
-    async def acquire(self) -> int:
+    async def acquire(self) -> str:
         async with self._changed:
             while (wait := self._wait_s(time.monotonic())) > 0:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), timeout=wait)
             now = time.monotonic()
-            lease = next(self._ids)
+            lease = f"{self._incarnation}-{next(self._ids)}"
             self.leases[lease] = now + self.lease_s
             self.starts.append(now)
             self.granted += 1
             self.peak = max(self.peak, len(self.leases))
             return lease
 
-    async def release(self, lease: int) -> None:
+    async def release(self, lease: str) -> None:
         async with self._changed:
             self.leases.pop(lease, None)
             self._changed.notify()
@@ -71,8 +84,9 @@ class RateLimiterActor:
             self.pauses += 1
 
     async def stats(self) -> dict:
+        self._expire(time.monotonic())
         return {"granted": self.granted, "peak_in_flight": self.peak, "in_flight": len(self.leases),
-                "pauses": self.pauses}
+                "pauses": self.pauses, "expired_leases": self.expired}
 
 
 class ClusterRateLimiter:
@@ -107,8 +121,9 @@ def limiter_name(cfg: dict) -> str:
             f"c{limits.get('concurrency', 8)}-m{limits.get('per_minute') or 'inf'}")
 
 
-def start_rate_limiters(settings) -> tuple[dict, object]:
-    """One limiter actor per distinct model of the settings; returns them and the settings pointing at them."""
+def start_rate_limiters(settings, names: ActorNames | None = None) -> tuple[dict, object]:
+    """One limiter actor per distinct model of the settings, placed with the trial workers that draw on it (role
+    `trials`); returns them and the settings pointing at them."""
     actors: dict[str, object] = {}
     changes = {}
     for field_name, cfg in settings.models().items():
@@ -117,7 +132,20 @@ def start_rate_limiters(settings) -> tuple[dict, object]:
         limits = dict(cfg.get("limits") or {})
         name = limiter_name(cfg)
         if name not in actors:
-            actors[name] = RateLimiterActor.options(name=name, get_if_exists=True, max_concurrency=100_000).remote(
+            place = names.place("trials") if names else {}
+            actors[name] = RateLimiterActor.options(name=name, get_if_exists=True, max_concurrency=100_000,
+                                                    **place).remote(
                 limits.get("concurrency", 8), limits.get("per_minute"), lease_s=float(cfg.get("timeout_s", 120)) * 2)
         changes[field_name] = {**cfg, "limits": {**limits, "cluster_actor": name}}
     return actors, replace(settings, **changes)
+
+
+def limiter_metrics(limiters: dict) -> dict[str, float]:
+    """Each model's budget as the run used it: peak leases in flight, 429 pauses, leases lost with their holder."""
+    out = {}
+    for name, actor in limiters.items():
+        model = re.sub(r"[^\w./ -]", "_", name.removeprefix("ehrbench-limit/"))
+        stats = ray.get(actor.stats.remote())
+        out |= {f"rate_limit_{key}/{model}": float(stats[key]) for key in ("peak_in_flight", "pauses",
+                                                                         "expired_leases")}
+    return out
