@@ -45,6 +45,8 @@ class MultiNodeCluster:
     port: int = field(default_factory=free_port)
     head: subprocess.Popen | None = None
     nodes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    manager_ports: dict[str, int] = field(default_factory=dict)     # node name -> its raylet's port (its identity)
+    offers: dict[str, dict] = field(default_factory=dict)           # node name -> the role resources it offers
     _window: int = 0
 
     @property
@@ -55,18 +57,18 @@ class MultiNodeCluster:
         self.head = self._start("head", ["jobs/start-ray-head.sh", f"--port={self.port}", "--num-cpus=0",
                                          "--resources=" + json.dumps({"ehrbench_head": 1}),
                                          "--include-dashboard=false", f"--temp-dir={self.scratch / 'r'}",
-                                         *self._own_ports()])
+                                         *self._own_ports("head")])
         self._wait(lambda: "Ray runtime started" in (self.scratch / "head.log").read_text(), "the head")
 
     def add_node(self, name: str, resources: dict, cpus: int = 1) -> None:
         """A worker node with its own ports (several raylets on one machine must not share any)."""
-        alive = self.alive()
+        self.offers[name] = resources
         self.nodes[name] = self._start(name, ["jobs/start-ray-worker.sh", f"--address={self.address}",
                                               f"--num-cpus={cpus}", "--resources=" + json.dumps(resources),
-                                              *self._own_ports()])
-        self._wait(lambda: self.alive() > alive, f"node {name}")
+                                              *self._own_ports(name)])
+        self._wait(lambda: self.manager_ports[name] in self._live_ports(), f"node {name}")
 
-    def _own_ports(self) -> list[str]:
+    def _own_ports(self, name: str) -> list[str]:
         """Ports of a node's own: Ray's defaults (the dashboard agent's 52365, ...) would collide with any other node
         on this machine, another cluster's included."""
         self._window += 1
@@ -74,17 +76,32 @@ class MultiNodeCluster:
         ports = {p: free_port() for p in ("node-manager-port", "object-manager-port", "metrics-export-port",
                                           "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
                                           "runtime-env-agent-port")}
+        self.manager_ports[name] = ports["node-manager-port"]
         return [f"--min-worker-port={low}", f"--max-worker-port={low + 499}", *(f"--{k}={v}" for k, v in ports.items())]
 
     def lose_node(self, name: str) -> None:
         """The node gone at once: its raylet and workers killed (SIGKILL to its process group)."""
         stop_group(self.nodes.pop(name), signal.SIGKILL, 10)
 
-    def alive(self) -> int:
-        out = subprocess.run([sys.executable, "-c", "import ray; ray.init(address=%r, log_to_driver=False); "
-                              "print(sum(n['Alive'] for n in ray.nodes()))" % self.address],
+    def replace_node(self, name: str) -> str:
+        """`name` lost, and a node offering the same roles joins in its place; returns the new node's name."""
+        self.lose_node(name)
+        new = f"{name.split('.')[0]}.{self._window}"
+        self.add_node(new, self.offers[name])
+        return new
+
+    def node_id(self, name: str) -> str:
+        """The Ray node id of the node started as `name` (found by its raylet's port)."""
+        return self._live_ports()[self.manager_ports[name]]
+
+    def _live_ports(self) -> dict[int, str]:
+        """Raylet port -> node id, for every node the cluster counts alive."""
+        out = subprocess.run([sys.executable, "-c", "import json, ray; ray.init(address=%r, log_to_driver=False); "
+                              "print(json.dumps({n['NodeManagerPort']: n['NodeID'] for n in ray.nodes() "
+                              "if n['Alive']}))" % self.address],
                              capture_output=True, text=True, env=self.env, timeout=120)
-        return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
+        lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+        return {int(port): node for port, node in json.loads(lines[-1]).items()} if lines else {}
 
     def node_ids(self) -> dict[str, str]:
         """Node id -> the roles it offers (its ehrbench_* resources), for every live node."""

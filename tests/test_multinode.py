@@ -1,12 +1,14 @@
 """Distributed for real: four Ray nodes on this machine (a head that runs no trials, three worker nodes started with
-`ray start --address`), actors placed by role, the same results as on one node, and a worker node lost mid-run
-(raylet and workers killed by process id) while another joins: every trial finished exactly once, retries counted;
-the driver killed and rerun, and the MLflow server gone mid-run, as on one node."""
+`ray start --address`), actors placed by role, the same results as on one node; worker nodes lost mid-run (raylet
+and workers killed by process id) while others join: every trial finished exactly once, retries counted, the lost
+actors re-created elsewhere from cached files; a model's rate-limit leases held on a lost node, and the limiter's own
+node lost; the driver killed and rerun, and the MLflow server gone mid-run, as on one node."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import mlflow
@@ -85,31 +87,114 @@ def test_actors_land_on_their_roles_nodes_and_results_equal_the_single_node_run(
     assert rewards(multi) == rewards(single) and len(rewards(multi)) == 2 * 3 * 4
 
 
-def test_a_node_lost_mid_run_costs_retries_never_a_trial_and_a_new_node_is_used(multinode, shared, tmp_path):
+def _similarity_answers(records: list[dict], since: float) -> list[str]:
+    """What value_similarity_search answered in attempts started after `since`."""
+    out = []
+    for r in (r for r in records if r["started_at"] > since):
+        calls = {m["tool_call"]["id"]: m["tool_call"]["name"] for m in r["messages"] if m.get("tool_call")}
+        out += [m["content"] for m in r["messages"]
+                if m["role"] == "tool" and calls.get(m["tool_call_id"]) == "value_similarity_search"]
+    return out
+
+
+def test_nodes_lost_mid_run_cost_retries_never_a_trial_and_their_actors_come_back_elsewhere(multinode, shared,
+                                                                                           tmp_path):
+    """The node holding trial workers and a database replica, then the node holding the user simulator, the value
+    index and the other replica, each lost mid-run (SIGKILL to its raylet and workers) while a node with its roles
+    joins: every trial finishes exactly once, the broken attempts are counted and run again, and every actor of a
+    lost node is re-created on a live node offering its role, from the cached files (nothing rebuilt, re-embedded)."""
     cmd = _job(tmp_path, shared, multinode.address, "runtime.placement=roles", "model.latency_s=0.3",
-               "user.latency_s=0.3", "limit_tasks=6", "runtime.max_in_flight=8", "runtime.trial_workers=4")
+               "user.latency_s=0.3", "limit_tasks=6", "runtime.max_in_flight=8", "runtime.trial_workers=4",
+               "runtime.max_attempts=5")             # two losses: a trial may be broken by each, then run again
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=multinode.env)
     _wait_for_records(tmp_path, 6, proc, timeout=600)
-    assert proc.poll() is None, "the run ended before the node could be lost"
+    assert proc.poll() is None, "the run ended before a node could be lost"
+    cached = lambda: {p.name: p.stat().st_mtime_ns for folder in (shared / "gen", shared / "vi")  # noqa: E731
+                      for p in folder.rglob("*") if p.is_file() and "manifests" not in p.parts}
+    files = cached()                               # the world's databases and the value indexes, as built
     [placed] = list((tmp_path / "mlruns").rglob("placement.json"))
-    on = set(json.loads(placed.read_text())["trials"].values())
-    offers = multinode.node_ids()
-    [w2] = [n for n, roles in offers.items() if roles == ["ehrbench_data", "ehrbench_trials"]]
-    assert w2 in on, "no trial worker on w2 to lose"
-    multinode.lose_node("w2")                        # trial workers and a database replica go with it
-    multinode.add_node("w4", ROLES["w2"])            # a node comes (back) with the same roles
+    start = json.loads(placed.read_text())
+    named = lambda roles: next(n for n in multinode.nodes if multinode.offers[n] == roles)  # noqa: E731
+    first, second = named(ROLES["w2"]), named(ROLES["w3"])
+    lost = {multinode.node_id(first), multinode.node_id(second)}
+    assert multinode.node_id(first) in start["trials"].values(), "no trial worker on the node to lose"
+    assert set(start["index"].values()) == {multinode.node_id(second)}
+
+    multinode.replace_node(first)                   # trial workers and a database replica go with it
+    _wait_for_records(tmp_path, len(_records(tmp_path)) + 4, proc, timeout=600)      # the run goes on
+    index_lost_at = time.time()
+    second_new = multinode.replace_node(second)     # the user simulator, the value index, the other replica
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
+
     records = _records(tmp_path)
     finished = [(r["task_key"], r["trial"]) for r in records if r["termination"] == "user_stop"]
     assert len(finished) == len(set(finished)) == 2 * 6 * 4                # every trial exactly once, none lost
     infra = [r for r in records if r["termination"].startswith("infra_error")]
-    assert infra, "the lost node took no trial with it"
+    assert infra, "the lost nodes took no trial with them"
     run = _run_info(tmp_path)
     assert run.data.metrics["SR-2"] == 100.0 and run.data.metrics["incomplete"] == 0
     assert run.data.metrics["trial_resubmissions"] == len(infra)           # each broken attempt ran again
-    assert multinode.alive() >= 4
+
+    end = json.loads(Path(mlflow.artifacts.download_artifacts(
+        run_id=run.info.run_id, artifact_path="placement_end.json", dst_path=str(tmp_path / "dl"))).read_text())
+    offers = multinode.node_ids()
+    for role, resource in (("trials", "ehrbench_trials"), ("data", "ehrbench_data"), ("users", "ehrbench_users"),
+                           ("index", "ehrbench_index")):
+        nodes = set(end[role].values())
+        assert not nodes & lost and all(resource in offers[n] for n in nodes), (role, end[role])
+    assert set(end["index"].values()) == set(end["users"].values()) == {multinode.node_id(second_new)}
+    assert cached() == files                        # replicas reopened their files, the index its cache: no rebuild
+    answers = _similarity_answers(records, index_lost_at)
+    assert answers and all(a.startswith("I found") for a in answers)       # the restarted index serves every column
+    assert not list((shared / "vi" / "manifests").glob("*.json"))          # the run's manifest dropped at its end
+
+
+def test_leases_held_on_a_lost_node_come_back_and_a_lost_limiter_restarts_elsewhere(multinode):
+    """A model's budget (2 requests in flight) held by calls on a node that is then lost: the leases expire and the
+    budget is whole again; then the limiter's own node is lost: Ray restarts it on another node offering the role,
+    the request waiting on it is answered there, and a lease of the old limiter returned late releases nothing."""
+    proc = subprocess.Popen([sys.executable, "-m", "tests.lease_driver", multinode.address], cwd=ROOT, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=multinode.env)
+
+    def heard() -> dict:
+        from .lease_driver import PREFIX
+
+        while line := proc.stdout.readline():
+            if line.startswith(PREFIX):
+                return json.loads(line[len(PREFIX):])
+        raise AssertionError(proc.stderr.read()[-3000:])
+
+    def tell(**fields) -> None:
+        proc.stdin.write(json.dumps(fields) + "\n")
+        proc.stdin.flush()
+
+    try:
+        names = {multinode.node_id(name): name for name in multinode.nodes}
+        limiter_node = heard()["limiter_node"]
+        assert "ehrbench_trials" in multinode.node_ids()[limiter_node]      # placed by role, with the trials
+        holder = next(n for n in names if n != limiter_node)
+        tell(hold_on=holder)
+        assert heard()["held"]["in_flight"] == 2                            # the whole budget is held there
+        multinode.replace_node(names[holder])                               # the node's roles come back
+        tell(lost=holder)
+        after = heard()
+        assert after["stats"]["expired_leases"] == 2                        # taken back at their expiry: the
+        assert after["stats"]["granted"] == 4 and after["stats"]["in_flight"] == 0    # budget whole again
+
+        assert heard()["limiter_node"] == limiter_node
+        multinode.replace_node(names[limiter_node])
+        tell(lost=limiter_node)
+        restarted = heard()
+        assert restarted["limiter_node"] != limiter_node
+        assert "ehrbench_trials" in multinode.node_ids()[restarted["limiter_node"]]
+        assert restarted["stats"]["in_flight"] == 1 and restarted["stats"]["granted"] == 1   # the new lease kept
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def test_the_driver_killed_on_several_nodes_resumes_without_duplicates_or_loss(multinode, shared, tmp_path):

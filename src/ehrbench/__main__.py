@@ -275,7 +275,8 @@ def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: i
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     from .runtime.checkpoint import run_identity, task_digest
-    from .runtime.runner import placement, run_trials
+    from .runtime.rate_limits import limiter_metrics
+    from .runtime.runner import placement, release, run_trials
 
     params = OmegaConf.to_container(cfg, resolve=True)
     conf = validate(params, absolute=to_absolute_path)                               # 1. config, benchmark
@@ -323,6 +324,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
                            max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,
                            skip=done, chains=bench.schedule(tasks, conf.run.trials))
+        tracker.log_text(json.dumps(placement(runtime), indent=2), "placement_end.json")   # after any node loss
         if deferred := tracker.log_deferred_traces(records):
             log.info("trials done; writing their %d traces", deferred)
         k, keys = checkpoint.widen_scope([t.key for t in tasks], conf.run.trials)   # never report less than before
@@ -330,7 +332,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         wanted = {(t.key, i) for t in report_tasks for i in range(k)}
         reported = [r for r in records if (r.task_key, r.trial) in wanted]
         report = bench.report(reported, report_tasks, k, reports)
-        metrics = {**report.metrics, **run_metrics(reported, stats, embedded)}
+        metrics = {**report.metrics, **run_metrics(reported, stats, embedded), **limiter_metrics(runtime.limiters)}
         tracker.log_metrics(metrics)
         for name, values in report.curves.items():
             tracker.log_curve(name, values)
@@ -349,6 +351,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+        release(runtime)
     print(report.text)
     browse = store_uri if store_uri.startswith("http") else f"mlflow ui --backend-store-uri {store_uri}"
     print(f"MLflow run {tracker.run.info.run_id} in {store_uri} (browse: {browse})")

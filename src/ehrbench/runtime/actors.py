@@ -92,6 +92,11 @@ class DatabaseShard(Placed):
     """
 
     def __init__(self, path: str, db_id: str):
+        import os
+
+        if not os.path.exists(path):          # on another machine than the one that built it
+            raise FileNotFoundError(f"database file {path} is not on node {self.node()}: on a cluster of several "
+                                    "machines put data.root on a volume every node mounts (README, Several nodes)")
         self.db = open_database(path, db_id)
 
     def table_names(self):
@@ -138,9 +143,10 @@ def start_services(services: dict[str, int], settings: TrialSettings, paths: dic
 
 @ray.remote(max_restarts=3, max_task_retries=3)
 class ValueIndexActor(Placed):
-    """Holds the embedding model and every FAISS index; asks Ray for a GPU when the cluster has one."""
+    """Holds the embedding model and every FAISS index; asks Ray for a GPU when the cluster has one. Restarted (its
+    node lost), it serves the run's columns again from the cache, by the run's manifest (`ValueIndex.manifest`)."""
 
-    def __init__(self, cache_dir: str, embedder: dict | None = None):
+    def __init__(self, cache_dir: str, embedder: dict | None = None, manifest: str | None = None):
         import os
 
         import torch
@@ -149,7 +155,7 @@ class ValueIndexActor(Placed):
 
         # Ray pins actors to one OMP thread; index builds run before any trial, so let them use every core.
         torch.set_num_threads(os.cpu_count() or 1)
-        self.index = ValueIndex(cache_dir, build_embedder(embedder))
+        self.index = ValueIndex(cache_dir, build_embedder(embedder), manifest)
         self._build = None
 
     def start_column(self, db_id, table, column, values) -> int:
@@ -171,6 +177,9 @@ class ValueIndexActor(Placed):
 
     def embedded_values(self) -> int:
         return self.index.embedded_values
+
+    def forget(self) -> None:
+        self.index.forget()
 
     def device(self) -> str:
         return str(self.index.embedder.device)
@@ -310,7 +319,8 @@ def start_value_index(cache_dir: str, name: str | None = None, embedder: dict | 
     local = (embedder or {}).get("provider", "local") == "local"     # an API embedder needs no GPU
     gpus = 1 if local and ray.cluster_resources().get("GPU", 0) >= 1 else 0
     place = names.place("index") if names else {}
-    return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4, name=name, **place).remote(cache_dir, embedder)
+    return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4, name=name, **place).remote(
+        cache_dir, embedder, names.prefix if names else None)
 
 
 def start_database(path: str, db_id: str, replicas: int = 1, concurrency: int = 8,

@@ -77,12 +77,14 @@ def check_placement(names: ActorNames, has_data: bool) -> None:
 
 
 def placement(runtime: Runtime) -> dict[str, dict[str, str]]:
-    """Which node each actor landed on, by role (recorded with the run)."""
+    """Which node each actor is on, by role (recorded with the run at its start and at its end: an actor whose node
+    was lost has been re-created elsewhere). The rate limiters ("limits") are placed with the trial workers."""
     actors = {"trials": runtime.workers, "users": runtime.users,
               "data": [a for shards in runtime.databases.values() for a in shards]
               + [a for shards in runtime.services.values() for a in shards]
               + ([runtime.memory] if runtime.memory is not None else []),
-              "index": [runtime.index] if runtime.index is not None else []}
+              "index": [runtime.index] if runtime.index is not None else [],
+              "limits": list(runtime.limiters.values())}
     return {role: {f"{role}/{i}": node for i, node in enumerate(ray.get([a.node.remote() for a in handles]))}
             for role, handles in actors.items() if handles}
 
@@ -90,11 +92,20 @@ def placement(runtime: Runtime) -> dict[str, dict[str, str]]:
 def start_workers(runtime: Runtime, settings: TrialSettings, options: RuntimeOptions = RuntimeOptions()) -> \
         TrialSettings:
     """Rate limiters and trial workers; returns the settings with the cluster-wide limiters in."""
-    runtime.limiters, settings = start_rate_limiters(settings)
+    runtime.limiters, settings = start_rate_limiters(settings, runtime.names)
     n = options.trial_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
     per_worker = math.ceil(options.max_in_flight / n) + 1
     runtime.workers = start_trial_workers(n, per_worker, runtime.names, settings)
     return settings
+
+
+def release(runtime: Runtime) -> None:
+    """The run is over: the value index forgets the run's manifest (its cached indexes stay)."""
+    if runtime.index is not None:
+        try:
+            ray.get(runtime.index.forget.remote(), timeout=30)
+        except ray.exceptions.RayError as e:
+            log.warning("the value index could not drop its manifest: %s", e)
 
 
 def build_indexes(databases: dict[str, list], index_handle, indexed_columns: dict[str, dict[str, list[str]]],
