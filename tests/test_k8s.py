@@ -105,3 +105,24 @@ def test_dockerfile_installs_the_project_and_points_hydra_at_its_configs():
     text = (K8S / "Dockerfile").read_text()
     assert "pip install --no-cache-dir -e ." in text and "EHRBENCH_CONF_DIR=/app/conf" in text
     assert Path(ROOT / "jobs" / "evaluate.py").exists()
+
+
+def test_every_ray_pod_mounts_the_shared_volume_where_the_data_and_index_cache_resolve(monkeypatch):
+    """An actor whose node is lost restarts on another node and reopens its files (tests/test_multinode.py): every
+    head and worker pod mounts one ReadWriteMany claim, and data.root and data.index_cache resolve into it."""
+    claim = by_kind("PersistentVolumeClaim", "ehrbench-data")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    for kind in ("RayCluster", "RayJob"):
+        spec = by_kind(kind)["spec"]
+        spec = spec.get("rayClusterSpec", spec)
+        for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+            pod = group["template"]["spec"]
+            [volume] = [v["name"] for v in pod["volumes"] if v["persistentVolumeClaim"]["claimName"] == "ehrbench-data"]
+            [container] = pod["containers"]
+            [mount] = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == volume]
+            env = {e["name"]: e["value"] for e in container["env"]}
+            for key, value in env.items():
+                monkeypatch.setenv(key, value)
+            with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+                cfg = compose("config")
+            assert cfg.data.root.startswith(mount + "/") and cfg.data.index_cache.startswith(mount + "/"), kind
