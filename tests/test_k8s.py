@@ -71,6 +71,9 @@ def test_rayjob_runs_the_evaluation_app_with_overrides_that_compose(monkeypatch)
     offered = json.loads(json.loads(job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["rayStartParams"]
                                     ["resources"]))
     assert {"ehrbench_trials", "ehrbench_data", "ehrbench_users", "ehrbench_index"} <= set(offered)
+    # a failed job runs again on a new cluster and resumes: its checkpoint is on the volume every pod mounts
+    mounts = {m["mountPath"] for m in head["volumeMounts"]}
+    assert job["spec"]["backoffLimit"] >= 1 and any(cfg.tracking.root.startswith(m + "/") for m in mounts)
 
 
 def test_raycluster_has_cpu_workers_and_an_optional_gpu_group():
