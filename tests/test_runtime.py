@@ -122,6 +122,20 @@ def test_a_database_shard_on_a_node_without_its_file_names_the_file_the_node_and
     assert "put data.root on a volume every node mounts" in str(lost.value)
 
 
+def test_placement_names_each_actors_node_and_reports_one_gone_for_good_as_lost(ray_cluster, db_paths):
+    from ehrbench.runtime.actors import ActorNames, start_database
+    from ehrbench.runtime.runner import Runtime, placement
+
+    shards = start_database(str(db_paths["mimic_iv_star"]), "mimic_iv_star", replicas=2)
+    where = placement(Runtime(ActorNames(), {"mimic_iv_star": shards}, None))
+    node = ray.get_runtime_context().get_node_id()
+    assert where == {"data": {"data/0": node, "data/1": node}}             # the one node of the session cluster
+    ray.kill(shards[1])                                                    # gone, no restart
+    assert placement(Runtime(ActorNames(), {"mimic_iv_star": shards}, None))["data"] == {"data/0": node,
+                                                                                           "data/1": "lost"}
+    ray.kill(shards[0])
+
+
 def test_trials_through_workers_and_user_simulator_actors(ray_cluster, tmp_path):
     """Two trial workers and two user simulator actors; every trial scores, each actor served many users."""
     from ehrbench.benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS

@@ -85,8 +85,16 @@ def placement(runtime: Runtime) -> dict[str, dict[str, str]]:
               + ([runtime.memory] if runtime.memory is not None else []),
               "index": [runtime.index] if runtime.index is not None else [],
               "limits": list(runtime.limiters.values())}
-    return {role: {f"{role}/{i}": node for i, node in enumerate(ray.get([a.node.remote() for a in handles]))}
-            for role, handles in actors.items() if handles}
+    return {role: {f"{role}/{i}": _node_of(a) for i, a in enumerate(handles)} for role, handles in actors.items()
+            if handles}
+
+
+def _node_of(actor) -> str:
+    """The actor's node id, or "lost" for one that is gone for good (its restarts spent): the run still reports."""
+    try:
+        return ray.get(actor.node.remote(), timeout=120)
+    except ray.exceptions.RayError:
+        return "lost"
 
 
 def start_workers(runtime: Runtime, settings: TrialSettings, options: RuntimeOptions = RuntimeOptions()) -> \
