@@ -66,7 +66,7 @@ class MultiNodeCluster:
         self.nodes[name] = self._start(name, ["jobs/start-ray-worker.sh", f"--address={self.address}",
                                               f"--num-cpus={cpus}", "--resources=" + json.dumps(resources),
                                               *self._own_ports(name)])
-        self._wait(lambda: self.manager_ports[name] in self._live_ports(), f"node {name}")
+        self._wait(lambda: any(n["port"] == self.manager_ports[name] for n in self._nodes()), f"node {name}")
 
     def _own_ports(self, name: str) -> list[str]:
         """Ports of a node's own: Ray's defaults (the dashboard agent's 52365, ...) would collide with any other node
@@ -92,24 +92,21 @@ class MultiNodeCluster:
 
     def node_id(self, name: str) -> str:
         """The Ray node id of the node started as `name` (found by its raylet's port)."""
-        return self._live_ports()[self.manager_ports[name]]
+        return next(n["id"] for n in self._nodes() if n["port"] == self.manager_ports[name])
 
-    def _live_ports(self) -> dict[int, str]:
-        """Raylet port -> node id, for every node the cluster counts alive."""
+    def node_ids(self) -> dict[str, list[str]]:
+        """Node id -> the roles it offers (its ehrbench_* resources), for every live node."""
+        return {n["id"]: n["roles"] for n in self._nodes()}
+
+    def _nodes(self) -> list[dict]:
+        """Every node the cluster counts alive: its id, its raylet's port, the roles it offers."""
         out = subprocess.run([sys.executable, "-c", "import json, ray; ray.init(address=%r, log_to_driver=False); "
-                              "print(json.dumps({n['NodeManagerPort']: n['NodeID'] for n in ray.nodes() "
-                              "if n['Alive']}))" % self.address],
+                              "print(json.dumps([{'id': n['NodeID'], 'port': n['NodeManagerPort'], 'roles': sorted("
+                              "k for k in n['Resources'] if k.startswith('ehrbench_'))} for n in ray.nodes() "
+                              "if n['Alive']]))" % self.address],
                              capture_output=True, text=True, env=self.env, timeout=120)
         lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
-        return {int(port): node for port, node in json.loads(lines[-1]).items()} if lines else {}
-
-    def node_ids(self) -> dict[str, str]:
-        """Node id -> the roles it offers (its ehrbench_* resources), for every live node."""
-        out = subprocess.run([sys.executable, "-c", "import json, ray; ray.init(address=%r, log_to_driver=False); "
-                              "print(json.dumps({n['NodeID']: sorted(k for k in n['Resources'] if k.startswith("
-                              "'ehrbench_')) for n in ray.nodes() if n['Alive']}))" % self.address],
-                             capture_output=True, text=True, env=self.env, timeout=120)
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return json.loads(lines[-1]) if lines else []
 
     def stop(self) -> None:
         for name in list(self.nodes):

@@ -1,8 +1,8 @@
 """Distributed for real: four Ray nodes on this machine (a head that runs no trials, three worker nodes started with
 `ray start --address`), actors placed by role, the same results as on one node; worker nodes lost mid-run (raylet
 and workers killed by process id) while others join: every trial finished exactly once, retries counted, the lost
-actors re-created elsewhere from cached files; a model's rate-limit leases held on a lost node, and the limiter's own
-node lost; the driver killed and rerun, and the MLflow server gone mid-run, as on one node."""
+actors re-created elsewhere from cached files; a model's rate-limit leases held on a lost node come back; the driver
+killed and rerun, and the MLflow server gone mid-run, as on one node."""
 from __future__ import annotations
 
 import json
@@ -123,6 +123,8 @@ def test_nodes_lost_mid_run_cost_retries_never_a_trial_and_their_actors_come_bac
 
     multinode.replace_node(first)                   # trial workers and a database replica go with it
     _wait_for_records(tmp_path, len(_records(tmp_path)) + 4, proc, timeout=600)      # the run goes on
+    finished = sum(1 for r in _records(tmp_path) if r["termination"] == "user_stop")
+    assert proc.poll() is None and finished <= 2 * 6 * 4 - 8, "too few trials left to lose the second node"
     index_lost_at = time.time()
     second_new = multinode.replace_node(second)     # the user simulator, the value index, the other replica
     out, err = proc.communicate(timeout=900)
@@ -151,20 +153,31 @@ def test_nodes_lost_mid_run_cost_retries_never_a_trial_and_their_actors_come_bac
     assert not list((shared / "vi" / "manifests").glob("*.json"))          # the run's manifest dropped at its end
 
 
-def test_leases_held_on_a_lost_node_come_back_and_a_lost_limiter_restarts_elsewhere(multinode):
+def test_leases_held_on_a_lost_node_come_back_and_the_limiter_lives_beside_the_driver(multinode, tmp_path):
     """A model's budget (2 requests in flight) held by calls on a node that is then lost: the leases expire and the
-    budget is whole again; then the limiter's own node is lost: Ray restarts it on another node offering the role,
-    the request waiting on it is answered there, and a lease of the old limiter returned late releases nothing."""
+    whole budget can be taken again. The limiter itself lives on the driver's node, which no node loss takes."""
+    import queue
+    import threading
+
+    from .lease_driver import PREFIX
+
+    errors = tmp_path / "lease_driver.err"
     proc = subprocess.Popen([sys.executable, "-m", "tests.lease_driver", multinode.address], cwd=ROOT, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=multinode.env)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors.open("w"), env=multinode.env)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
 
-    def heard() -> dict:
-        from .lease_driver import PREFIX
-
-        while line := proc.stdout.readline():
-            if line.startswith(PREFIX):
+    def heard(timeout_s: float = 300) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=1.0)
+            except queue.Empty:
+                assert proc.poll() is None, errors.read_text()[-3000:]
+                continue
+            if line.startswith(PREFIX):                      # Ray may print lines of its own on stdout
                 return json.loads(line[len(PREFIX):])
-        raise AssertionError(proc.stderr.read()[-3000:])
+        raise AssertionError(f"the lease driver said nothing in {timeout_s} s")
 
     def tell(**fields) -> None:
         proc.stdin.write(json.dumps(fields) + "\n")
@@ -172,9 +185,9 @@ def test_leases_held_on_a_lost_node_come_back_and_a_lost_limiter_restarts_elsewh
 
     try:
         names = {multinode.node_id(name): name for name in multinode.nodes}
-        limiter_node = heard()["limiter_node"]
-        assert "ehrbench_trials" in multinode.node_ids()[limiter_node]      # placed by role, with the trials
-        holder = next(n for n in names if n != limiter_node)
+        started = heard()
+        assert started["limiter_node"] == started["driver_node"]             # beside the driver
+        holder = next(n for n in names if n != started["limiter_node"])
         tell(hold_on=holder)
         assert heard()["held"]["in_flight"] == 2                            # the whole budget is held there
         multinode.replace_node(names[holder])                               # the node's roles come back
@@ -182,16 +195,8 @@ def test_leases_held_on_a_lost_node_come_back_and_a_lost_limiter_restarts_elsewh
         after = heard()
         assert after["stats"]["expired_leases"] == 2                        # taken back at their expiry: the
         assert after["stats"]["granted"] == 4 and after["stats"]["in_flight"] == 0    # budget whole again
-
-        assert heard()["limiter_node"] == limiter_node
-        multinode.replace_node(names[limiter_node])
-        tell(lost=limiter_node)
-        restarted = heard()
-        assert restarted["limiter_node"] != limiter_node
-        assert "ehrbench_trials" in multinode.node_ids()[restarted["limiter_node"]]
-        assert restarted["stats"]["in_flight"] == 1 and restarted["stats"]["granted"] == 1   # the new lease kept
         proc.stdin.close()
-        assert proc.wait(timeout=60) == 0, proc.stderr.read()[-3000:]
+        assert proc.wait(timeout=60) == 0, errors.read_text()[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()

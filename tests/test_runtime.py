@@ -96,14 +96,18 @@ def test_expired_lease_of_a_dead_client_is_given_back(ray_cluster):
     assert ray.get(limiter.stats.remote())["expired_leases"] == 1
 
 
-def test_a_restarted_limiter_starts_empty_and_a_late_lease_of_its_predecessor_releases_nothing(ray_cluster):
-    """What a limiter whose node was lost does: Ray restarts it elsewhere; its predecessor's leases are unknown to it."""
+def test_a_restarted_limiter_answers_the_request_waiting_on_it_and_a_late_old_lease_releases_nothing(ray_cluster):
+    """Should a limiter die, Ray restarts it: the request waiting on the dead one is retried on the new one (which holds
+    no leases, so it is granted), and a lease of the old one returned late releases nothing of the new one's."""
     from ehrbench.runtime.rate_limits import RateLimiterActor
 
     limiter = RateLimiterActor.options(max_concurrency=100).remote(1, None, lease_s=600)
     old = ray.get(limiter.acquire.remote(), timeout=10)
-    ray.kill(limiter, no_restart=False)                    # it dies; Ray restarts it (max_restarts=-1)
-    new = ray.get(limiter.acquire.remote(), timeout=60)    # the new one has no leases: granted at once
+    waiting = limiter.acquire.remote()                     # the budget of 1 is spent: this one waits
+    with pytest.raises(ray.exceptions.GetTimeoutError):
+        ray.get(waiting, timeout=1)
+    ray.kill(limiter, no_restart=False)                    # it dies with the request in flight; Ray restarts it
+    new = ray.get(waiting, timeout=60)                     # retried on the new one, which has no leases
     assert old.split("-")[0] != new.split("-")[0]         # ids carry the incarnation
     ray.get(limiter.release.remote(old))                   # the old holder returns its lease late
     assert ray.get(limiter.stats.remote())["in_flight"] == 1           # the new lease is still held
@@ -112,7 +116,8 @@ def test_a_restarted_limiter_starts_empty_and_a_late_lease_of_its_predecessor_re
     ray.kill(limiter)
 
 
-def test_a_database_shard_on_a_node_without_its_file_names_the_file_the_node_and_the_fix(ray_cluster, tmp_path):
+def test_a_database_shard_on_a_node_without_its_file_names_the_file_the_node_and_the_fix(ray_cluster, tmp_path,
+                                                                                         monkeypatch):
     from ehrbench.runtime.actors import DatabaseShard
 
     shard = DatabaseShard.options(max_restarts=0).remote(str(tmp_path / "not-here.sqlite"), "mimic_iv_star")
@@ -120,6 +125,12 @@ def test_a_database_shard_on_a_node_without_its_file_names_the_file_the_node_and
         ray.get(shard.table_names.remote(), timeout=60)
     assert "not-here.sqlite is not on node" in str(lost.value)
     assert "put data.root on a volume every node mounts" in str(lost.value)
+    from ehrbench.runtime import hosts
+    from ehrbench.trial import InfrastructureError
+
+    monkeypatch.setattr(hosts, "LOST_CALL_WAITS_S", (0.1, None))
+    with pytest.raises(InfrastructureError, match="not on node .*put data.root on a volume"):   # what the trial's
+        asyncio.run(hosts.ActorHost([shard]).table_names())                                  # record says
 
 
 def test_placement_names_each_actors_node_and_reports_one_gone_for_good_as_lost(ray_cluster, db_paths):

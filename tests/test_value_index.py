@@ -39,12 +39,17 @@ def test_a_replacement_with_the_runs_manifest_serves_its_columns_from_the_cache_
     assert list(tmp_path.glob("*.faiss"))
 
 
-def test_an_index_restarted_where_its_runs_manifest_is_missing_says_to_share_the_cache(tmp_path):
-    """A restarted index actor on a machine that does not share data.index_cache: a clear error, not "not indexed"."""
+def test_an_index_restarted_where_its_runs_manifest_or_files_are_missing_says_why_and_how(tmp_path):
+    """A restarted index actor on a machine that does not share data.index_cache, or whose cache was cleared: a clear
+    error at its start (the actor is gone for good, and the trials' records say why), never "not indexed" later."""
     import pytest
 
-    elsewhere = ValueIndex(tmp_path / "other-node", manifest="run-1")
-    with pytest.raises(RuntimeError, match="put data.index_cache on a volume every node mounts"):
-        elsewhere.search("mimic_iv_star", "labtesttypes", "itemname", "glucose")
-    with pytest.raises(KeyError, match="not indexed"):                    # without a manifest: the plain answer
-        ValueIndex(tmp_path / "plain").search("mimic_iv_star", "labtesttypes", "itemname", "glucose")
+    with pytest.raises(FileNotFoundError, match="put data.index_cache on a volume every node mounts"):
+        ValueIndex(tmp_path / "other-node", manifest="run-1", restarted=True)
+    assert ValueIndex(tmp_path / "first-start", manifest="run-1").indexed("mimic_iv_star") == []  # a first start
+
+    built = ValueIndex(tmp_path / "cache", manifest="run-1")
+    key = built.add_column("mimic_iv_star", "labtesttypes", "itemname", VALUES)
+    (tmp_path / "cache" / f"{key}.faiss").unlink()                  # the cache cleared during the run
+    with pytest.raises(FileNotFoundError, match="was the index cache cleared during the run"):
+        ValueIndex(tmp_path / "cache", built.embedder, manifest="run-1", restarted=True)

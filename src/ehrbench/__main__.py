@@ -141,13 +141,13 @@ def connect_ray(conf: RunConfig, bench) -> None:
 
 
 def start_runtime_on_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, settings: TrialSettings,
-                         index_values: dict | None = None):
+                         index_values: dict | None = None, run: str | None = None):
     from .runtime.runner import build_indexes, start_runtime, start_workers
 
     with_index = bool(resources.indexed_columns or index_values)
     runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=with_index,
                             embedder=conf.data.embedder, with_memory=resources.memory,
-                            services=resources.services, settings=settings)
+                            services=resources.services, settings=settings, run=run)
     embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns, index_values)
     settings = start_workers(runtime, settings, conf.runtime)
     return runtime, embedded, settings
@@ -276,7 +276,7 @@ def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: i
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     from .runtime.checkpoint import run_identity, task_digest
     from .runtime.rate_limits import limiter_metrics
-    from .runtime.runner import placement, release, run_trials
+    from .runtime.runner import node_count, placement, release, run_trials
 
     params = OmegaConf.to_container(cfg, resolve=True)
     conf = validate(params, absolute=to_absolute_path)                               # 1. config, benchmark
@@ -292,7 +292,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     identity = run_identity(params, digest)
     tasks = select_tasks(all_tasks, conf.run.limit_tasks)
     runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings,  # 3. runtime
-                                                       bench.index_values(all_tasks))
+                                                       bench.index_values(all_tasks), identity)
 
     run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
     checkpoint = open_checkpoint(Path(conf.tracking.root) / "runs" / identity, conf.run.resume)   # 4. run
@@ -320,7 +320,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         describe_inputs(tracker, bench, tasks, digest, reports)
         where = placement(runtime)                # which node each actor landed on, by role
         tracker.log_text(json.dumps(where, indent=2), "placement.json")
-        tracker.set_tags({"ehrbench.nodes": str(len({n for nodes in where.values() for n in nodes.values()}))})
+        tracker.set_tags({"ehrbench.nodes": str(node_count(where))})
         stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
                            max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,
                            skip=done, chains=bench.schedule(tasks, conf.run.trials))

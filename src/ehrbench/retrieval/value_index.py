@@ -40,7 +40,8 @@ def _to_gpu_if_available(index: faiss.Index) -> faiss.Index:
 class ValueIndex:
     """Similarity search over the pre-indexed text columns of one or more databases."""
 
-    def __init__(self, cache_dir: str | Path, embedder: Embedder | None = None, manifest: str | None = None):
+    def __init__(self, cache_dir: str | Path, embedder: Embedder | None = None, manifest: str | None = None,
+                 restarted: bool = False):
         self.cache_dir = Path(cache_dir)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder or Embedder()
@@ -51,11 +52,18 @@ class ValueIndex:
         self._keys: dict[tuple[str, str, str], str] = {}    # (db, table, column) -> content key: the manifest
         if self.manifest is not None and self.manifest.exists():
             self._restore()
+        elif restarted and self.manifest is not None:          # restarted on a machine that does not share the cache
+            raise FileNotFoundError(f"the value index's manifest {self.manifest} is not on this node: on a cluster of "
+                                    "several machines put data.index_cache on a volume every node mounts (README, "
+                                    "Several nodes)")
 
     def _restore(self) -> None:
         """Serve every column the manifest names, from the cached files (nothing is embedded)."""
         for db_id, table, column, key in json.loads(self.manifest.read_text()):
             index_file, values_file = self._files(key)
+            if not (index_file.exists() and values_file.exists()):
+                raise FileNotFoundError(f"{index_file}, named by the run's manifest {self.manifest}, is gone (was the "
+                                        "index cache cleared during the run?); run again to rebuild it")
             self._keys[(db_id, table, column)] = key          # already in the manifest
             self._install((db_id, table, column), faiss.read_index(str(index_file)),
                           json.loads(values_file.read_text()), key)
@@ -107,10 +115,6 @@ class ValueIndex:
         try:
             index, values = self._columns[(db_id, table, column)]
         except KeyError:
-            if self.manifest is not None and not self.manifest.exists():     # restarted where the cache is not
-                raise RuntimeError(f"{table}.{column}: the value index has no manifest of its run at {self.manifest}; "
-                                   "on a cluster of several machines put data.index_cache on a volume every node "
-                                   "mounts (README, Several nodes)") from None
             raise KeyError(f"{table}.{column} is not indexed for similarity search") from None
         if not values:
             return []

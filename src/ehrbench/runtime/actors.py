@@ -155,7 +155,8 @@ class ValueIndexActor(Placed):
 
         # Ray pins actors to one OMP thread; index builds run before any trial, so let them use every core.
         torch.set_num_threads(os.cpu_count() or 1)
-        self.index = ValueIndex(cache_dir, build_embedder(embedder), manifest)
+        restarted = bool(manifest) and ray.get_runtime_context().was_current_actor_reconstructed
+        self.index = ValueIndex(cache_dir, build_embedder(embedder), manifest, restarted=restarted)
         self._build = None
 
     def start_column(self, db_id, table, column, values) -> int:
@@ -315,12 +316,12 @@ class TrialWorker(Placed):
 
 
 def start_value_index(cache_dir: str, name: str | None = None, embedder: dict | None = None,
-                      names: ActorNames | None = None):
+                      names: ActorNames | None = None, manifest: str | None = None):
     local = (embedder or {}).get("provider", "local") == "local"     # an API embedder needs no GPU
     gpus = 1 if local and ray.cluster_resources().get("GPU", 0) >= 1 else 0
     place = names.place("index") if names else {}
     return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4, name=name, **place).remote(
-        cache_dir, embedder, names.prefix if names else None)
+        cache_dir, embedder, manifest)
 
 
 def start_database(path: str, db_id: str, replicas: int = 1, concurrency: int = 8,

@@ -34,6 +34,12 @@ class LocalHost:
         return call
 
 
+def _why(error: Exception, keep: int = 400) -> str:
+    """The end of a lost actor's story, where Ray puts the error its constructor raised (a file not on its node)."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return (lines[-1] if lines else "")[-keep:]
+
+
 class ActorHost:
     def __init__(self, handles):
         self._handles = list(handles) if isinstance(handles, (list, tuple)) else [handles]
@@ -56,8 +62,8 @@ class ActorHost:
                 except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
                         ray.exceptions.ObjectLostError) as e:
                     if wait_s is None:
-                        raise InfrastructureError(f"{name}() on a hosted actor failed: {type(e).__name__}"[:500],
-                                                  source="tool") from None
+                        raise InfrastructureError(f"{name}() on a hosted actor failed: {type(e).__name__}: "
+                                                  f"{_why(e)}", source="tool") from None
                     await asyncio.sleep(wait_s)      # the actor is restarting: the same read, once it is back
             if name in STATIC_METHODS:
                 self._memo[key] = result

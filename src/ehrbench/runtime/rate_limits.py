@@ -5,16 +5,16 @@ workers each holding its own limiter, a "concurrency: 8" model would see 64 requ
 one named limiter actor per model config that sets `limits`, writes its name into that config
 (`limits.cluster_actor`), and every client built from it draws a lease from the actor for each request.
 A lease not returned within `lease_s` (its worker died mid-request, or its whole node was lost) expires, so a crash
-never shrinks the budget. The limiter itself restarts when its node is lost (calls in flight are retried on the new
-one); it starts with no leases, and lease ids carry the incarnation that granted them, so a lease of the old one
-returned late releases nothing of the new one's. For that short while up to twice the budget may be in flight.
+never shrinks the budget. Limiters live beside the driver, so losing any other node leaves them whole. Should a
+limiter itself die, Ray restarts it (calls in flight are retried on the new one); it starts with no leases, and lease
+ids carry the incarnation that granted them, so a lease of the old one returned late releases nothing of the new
+one's. For that short while up to twice the budget may be in flight.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import itertools
-import re
 import time
 import uuid
 from collections import deque
@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import ray
 
-from .actors import ActorNames, Placed
+from .actors import Placed
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
@@ -121,9 +121,18 @@ def limiter_name(cfg: dict) -> str:
             f"c{limits.get('concurrency', 8)}-m{limits.get('per_minute') or 'inf'}")
 
 
-def start_rate_limiters(settings, names: ActorNames | None = None) -> tuple[dict, object]:
-    """One limiter actor per distinct model of the settings, placed with the trial workers that draw on it (role
-    `trials`); returns them and the settings pointing at them."""
+def _beside_the_driver():
+    """Limiters live on the driver's node (the head, under `ray job submit`): the one node whose loss ends the run
+    anyway, so no other node's loss empties a budget. Hard affinity: Ray's soft affinity passes over a node with no
+    CPUs (the head that runs no trials) for any other."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+
+def start_rate_limiters(settings) -> tuple[dict, object]:
+    """One limiter actor per distinct model of the settings, beside the driver; returns them and the settings
+    pointing at them."""
     actors: dict[str, object] = {}
     changes = {}
     for field_name, cfg in settings.models().items():
@@ -132,20 +141,23 @@ def start_rate_limiters(settings, names: ActorNames | None = None) -> tuple[dict
         limits = dict(cfg.get("limits") or {})
         name = limiter_name(cfg)
         if name not in actors:
-            place = names.place("trials") if names else {}
             actors[name] = RateLimiterActor.options(name=name, get_if_exists=True, max_concurrency=100_000,
-                                                    **place).remote(
+                                                    scheduling_strategy=_beside_the_driver()).remote(
                 limits.get("concurrency", 8), limits.get("per_minute"), lease_s=float(cfg.get("timeout_s", 120)) * 2)
         changes[field_name] = {**cfg, "limits": {**limits, "cluster_actor": name}}
     return actors, replace(settings, **changes)
 
 
-def limiter_metrics(limiters: dict) -> dict[str, float]:
-    """Each model's budget as the run used it: peak leases in flight, 429 pauses, leases lost with their holder."""
+def limiter_metrics(limiters: dict, wait_s: float = 30.0) -> dict[str, float]:
+    """Each model's budget as the run used it: peak leases in flight, 429 pauses, leases lost with their holder. A
+    limiter that does not answer in `wait_s` is left out (the run's results matter more than its budget's figures)."""
     out = {}
     for name, actor in limiters.items():
-        model = re.sub(r"[^\w./ -]", "_", name.removeprefix("ehrbench-limit/"))
-        stats = ray.get(actor.stats.remote())
+        try:
+            stats = ray.get(actor.stats.remote(), timeout=wait_s)
+        except ray.exceptions.RayError:
+            continue
+        model = name.removeprefix("ehrbench-limit/")
         out |= {f"rate_limit_{key}/{model}": float(stats[key]) for key in ("peak_in_flight", "pauses",
                                                                          "expired_leases")}
     return out

@@ -44,16 +44,19 @@ class Runtime:
 
 def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptions = RuntimeOptions(),
                   with_index: bool = True, embedder: dict | None = None, with_memory: bool = False,
-                  services: dict[str, int] | None = None, settings: TrialSettings | None = None) -> Runtime:
+                  services: dict[str, int] | None = None, settings: TrialSettings | None = None,
+                  run: str | None = None) -> Runtime:
     """Database shards, the value index, the shared memory, the benchmark's services (built from `settings`) and
-    user simulators; trial workers come once the settings are final."""
+    user simulators; trial workers come once the settings are final. `run` (the run's identity, as its checkpoint
+    folder) names the value index's manifest: a resumed run writes the same one again."""
     names = ActorNames(replicas={db_id: options.db_replicas for db_id in paths}, users=options.user_simulators,
                        index_hosted=with_index, memory_hosted=with_memory, services=dict(services or {}),
                        placement=options.placement)
     check_placement(names, bool(paths or services or with_memory))
     return Runtime(names, {db_id: start_database(p, db_id, options.db_replicas, names=names)
                            for db_id, p in paths.items()},
-                   start_value_index(index_cache, names.index, embedder, names) if with_index else None,
+                   start_value_index(index_cache, names.index, embedder, names, run or names.prefix)
+                   if with_index else None,
                    start_memory(names) if with_memory else None,
                    start_services(names.services, settings, paths, names) if names.services else {},
                    users=start_user_simulators(names))
@@ -76,31 +79,40 @@ def check_placement(names: ActorNames, has_data: bool) -> None:
             "cluster), or run with runtime.placement=spread")
 
 
-def placement(runtime: Runtime) -> dict[str, dict[str, str]]:
+def placement(runtime: Runtime, wait_s: float = 60.0) -> dict[str, dict[str, str]]:
     """Which node each actor is on, by role (recorded with the run at its start and at its end: an actor whose node
-    was lost has been re-created elsewhere). The rate limiters ("limits") are placed with the trial workers."""
+    was lost has been re-created elsewhere). An actor gone for good (its restarts spent) is "lost", one still
+    restarting when `wait_s` runs out "restarting": the run reports either way."""
     actors = {"trials": runtime.workers, "users": runtime.users,
               "data": [a for shards in runtime.databases.values() for a in shards]
               + [a for shards in runtime.services.values() for a in shards]
               + ([runtime.memory] if runtime.memory is not None else []),
               "index": [runtime.index] if runtime.index is not None else [],
               "limits": list(runtime.limiters.values())}
-    return {role: {f"{role}/{i}": _node_of(a) for i, a in enumerate(handles)} for role, handles in actors.items()
-            if handles}
+    asked = {role: [a.node.remote() for a in handles] for role, handles in actors.items() if handles}
+    deadline = time.monotonic() + wait_s
+    return {role: {f"{role}/{i}": _node_of(ref, deadline) for i, ref in enumerate(refs)}
+            for role, refs in asked.items()}
 
 
-def _node_of(actor) -> str:
-    """The actor's node id, or "lost" for one that is gone for good (its restarts spent): the run still reports."""
+def _node_of(ref, deadline: float) -> str:
     try:
-        return ray.get(actor.node.remote(), timeout=120)
-    except ray.exceptions.RayError:
+        return ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+    except ray.exceptions.ActorDiedError:
         return "lost"
+    except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
+        return "restarting"
+
+
+def node_count(where: dict[str, dict[str, str]]) -> int:
+    """How many nodes hold the run's actors ("lost" and "restarting" are not nodes)."""
+    return len({n for nodes in where.values() for n in nodes.values()} - {"lost", "restarting"})
 
 
 def start_workers(runtime: Runtime, settings: TrialSettings, options: RuntimeOptions = RuntimeOptions()) -> \
         TrialSettings:
     """Rate limiters and trial workers; returns the settings with the cluster-wide limiters in."""
-    runtime.limiters, settings = start_rate_limiters(settings, runtime.names)
+    runtime.limiters, settings = start_rate_limiters(settings)
     n = options.trial_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
     per_worker = math.ceil(options.max_in_flight / n) + 1
     runtime.workers = start_trial_workers(n, per_worker, runtime.names, settings)
