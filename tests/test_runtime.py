@@ -1,5 +1,6 @@
 """Runtime parts on their own: patient shards, cluster-wide rate limits, user simulator actors, trial workers."""
 import asyncio
+import os
 import time
 
 import pytest
@@ -131,6 +132,39 @@ def test_a_database_shard_on_a_node_without_its_file_names_the_file_the_node_and
     monkeypatch.setattr(hosts, "LOST_CALL_WAITS_S", (0.1, None))
     with pytest.raises(InfrastructureError, match="not on node .*put data.root on a volume"):   # what the trial's
         asyncio.run(hosts.ActorHost([shard]).table_names())                                  # record says
+
+
+@ray.remote(num_cpus=0, max_restarts=2, max_task_retries=0)
+class SlowToRestart:
+    """An actor whose restart takes longer than a lost call's retries (as one waiting for a node to join)."""
+
+    def __init__(self, restart_s: float):
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            time.sleep(restart_s)
+
+    def table_names(self) -> list[str]:
+        return ["admissions"]
+
+    def crash(self) -> None:
+        os._exit(1)                                      # as its node lost: Ray restarts it
+
+
+def test_a_call_to_an_actor_that_is_restarting_waits_for_it_instead_of_failing_the_attempt(ray_cluster):
+    """Ray answers a call to a restarting actor at once (ActorUnavailableError); a trial's call waits the restart
+    out (hosts.RESTART_PATIENCE_S), so a node that takes a while to come back costs time, not every attempt."""
+    from ehrbench.runtime.hosts import LOST_CALL_WAITS_S, ActorHost, through_restarts
+
+    restart_s = 1.5 * sum(w for w in LOST_CALL_WAITS_S if w)        # longer than a lost call's retries
+    actor = SlowToRestart.remote(restart_s)
+    assert ray.get(actor.table_names.remote(), timeout=60) == ["admissions"]
+    for call in (lambda: ActorHost([actor]).table_names(),                 # a tool's call
+                 lambda: through_restarts(lambda: actor.table_names.remote())):    # a user's conversation opened
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.crash.remote(), timeout=60)
+        started = time.monotonic()                                         # it is restarting now
+        assert asyncio.run(call()) == ["admissions"]
+        assert time.monotonic() - started >= restart_s * 0.8               # it did wait for the restart
+    ray.kill(actor)
 
 
 def test_placement_names_each_actors_node_and_reports_one_gone_for_good_as_lost(ray_cluster, db_paths):

@@ -30,7 +30,7 @@ from ..episode import Conversation, run_task_trial
 from ..llm.usage import UsageMeter
 from ..retrieval.value_index import ValueIndex
 from ..trial import InfrastructureError, Turn, TrialRecord
-from .hosts import ActorHost, PatientRouter, ServiceHost
+from .hosts import ActorHost, PatientRouter, ServiceHost, through_restarts
 
 
 ROLE_RESOURCES = {"trials": "ehrbench_trials", "data": "ehrbench_data", "users": "ehrbench_users",
@@ -287,7 +287,7 @@ class RemoteUsers:
     async def open(self, task, settings: TrialSettings, seed: int, mistakes: list[str]) -> RemoteConversation:
         handle, conversation_id = next(self._turn), uuid.uuid4().hex
         try:
-            await handle.open.remote(conversation_id, task, settings, seed, list(mistakes))
+            await through_restarts(lambda: handle.open.remote(conversation_id, task, settings, seed, list(mistakes)))
         except ray.exceptions.RayError as e:
             raise InfrastructureError(f"user simulator actor unavailable: {e}"[:500], source="user") from None
         return RemoteConversation(handle, conversation_id)

@@ -11,15 +11,34 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 import ray
 
 from ..trial import InfrastructureError
 
 STATIC_METHODS = frozenset({"table_names", "column_names", "table_info"})
-# A call lost with its actor (killed, restarting) is sent again after these waits, then fails the attempt. Hosted
+# A call lost with its actor (killed mid-call) is sent again after these waits, then fails the attempt. Hosted
 # methods are reads, so sending one again is safe; a call that failed on its merits (a refused query) is never resent.
 LOST_CALL_WAITS_S = (0.5, 2.0, 5.0, None)
+# An actor Ray reports as restarting (its node lost, it is being re-created, perhaps on a node yet to join) is waited
+# for this long before the call fails: a restart costs the trial time, not one attempt after another.
+RESTART_PATIENCE_S = 180.0
+
+
+async def through_restarts(call, patience_s: float | None = None):
+    """`await call()`, sent again while its actor is restarting (`ActorUnavailableError`), for up to `patience_s`;
+    any other error, and an actor gone for good (`ActorDiedError`), is the caller's at once."""
+    deadline = time.monotonic() + (RESTART_PATIENCE_S if patience_s is None else patience_s)
+    wait_s = 0.5
+    while True:
+        try:
+            return await call()
+        except ray.exceptions.ActorUnavailableError:
+            if time.monotonic() + wait_s > deadline:
+                raise
+            await asyncio.sleep(wait_s)
+            wait_s = min(2 * wait_s, 5.0)
 
 
 class LocalHost:
@@ -54,17 +73,24 @@ class ActorHost:
             key = (name, args, tuple(sorted(kwargs.items())))
             if name in STATIC_METHODS and key in self._memo:
                 return self._memo[key]
-            for wait_s in LOST_CALL_WAITS_S:
+            lost, deadline = 0, time.monotonic() + RESTART_PATIENCE_S
+            while True:
                 handle = self._handles[next(self._turn)]
                 try:
                     result = await getattr(handle, name).remote(*args, **kwargs)
                     break
-                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-                        ray.exceptions.ObjectLostError) as e:
-                    if wait_s is None:
+                except ray.exceptions.ActorUnavailableError as e:    # restarting: another replica, or this one
+                    if time.monotonic() > deadline:                  # once it is back
                         raise InfrastructureError(f"{name}() on a hosted actor failed: {type(e).__name__}: "
                                                   f"{_why(e)}", source="tool") from None
-                    await asyncio.sleep(wait_s)      # the actor is restarting: the same read, once it is back
+                    await asyncio.sleep(0.5)
+                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
+                        ray.exceptions.ObjectLostError) as e:
+                    if LOST_CALL_WAITS_S[lost] is None:
+                        raise InfrastructureError(f"{name}() on a hosted actor failed: {type(e).__name__}: "
+                                                  f"{_why(e)}", source="tool") from None
+                    await asyncio.sleep(LOST_CALL_WAITS_S[lost])     # the same read, once the actor is back
+                    lost += 1
             if name in STATIC_METHODS:
                 self._memo[key] = result
             return result
