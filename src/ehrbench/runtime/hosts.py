@@ -73,24 +73,20 @@ class ActorHost:
             key = (name, args, tuple(sorted(kwargs.items())))
             if name in STATIC_METHODS and key in self._memo:
                 return self._memo[key]
-            lost, deadline = 0, time.monotonic() + RESTART_PATIENCE_S
-            while True:
-                handle = self._handles[next(self._turn)]
+
+            def send():              # each send goes to the next replica: a restarting one is passed over
+                return getattr(self._handles[next(self._turn)], name).remote(*args, **kwargs)
+
+            for wait_s in LOST_CALL_WAITS_S:
                 try:
-                    result = await getattr(handle, name).remote(*args, **kwargs)
+                    result = await through_restarts(send)
                     break
-                except ray.exceptions.ActorUnavailableError as e:    # restarting: another replica, or this one
-                    if time.monotonic() > deadline:                  # once it is back
-                        raise InfrastructureError(f"{name}() on a hosted actor failed: {type(e).__name__}: "
-                                                  f"{_why(e)}", source="tool") from None
-                    await asyncio.sleep(0.5)
                 except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
                         ray.exceptions.ObjectLostError) as e:
-                    if LOST_CALL_WAITS_S[lost] is None:
+                    if wait_s is None or isinstance(e, ray.exceptions.ActorUnavailableError):   # patience spent
                         raise InfrastructureError(f"{name}() on a hosted actor failed: {type(e).__name__}: "
                                                   f"{_why(e)}", source="tool") from None
-                    await asyncio.sleep(LOST_CALL_WAITS_S[lost])     # the same read, once the actor is back
-                    lost += 1
+                    await asyncio.sleep(wait_s)      # lost mid-call: the same read, once the actor is back
             if name in STATIC_METHODS:
                 self._memo[key] = result
             return result
