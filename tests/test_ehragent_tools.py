@@ -137,3 +137,36 @@ def test_the_proxy_s_empty_reply_stays_where_it_happened_and_counts():
     roles = [role for role, _ in model.seen[-1]]
     assert roles == ["user", "assistant", "user", "assistant", "tool"]      # the auto-reply before the code
     assert model.seen[-1][1:3] == [("assistant", "thinking"), ("user", "")]
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie that no closed loop will reap counts as ended)."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def test_the_sandbox_host_of_a_closed_event_loop_exits_when_the_next_loop_starts_one():
+    """One host per event loop; each asyncio.run is a new loop, so a host whose loop has closed must not live on
+    until the process ends (the suite once kept a dozen, 140 MB each)."""
+    import time
+
+    from ehrbench.benchmarks.ehragent import tools as ehragent_tools
+
+    async def one_cell() -> int:
+        result = await ehragent_tools.sandbox().run("answer = 6 * 7", limits=CellLimits(cpu_s=5, wall_s=20))
+        assert result.ended == "ok" and result.result == "42"
+        return ehragent_tools.sandbox()._host.pid
+
+    first = asyncio.run(one_cell())
+    assert _alive(first)                                  # its loop is closed; nothing has ended it yet
+    second = asyncio.run(one_cell())
+    deadline = time.monotonic() + 10
+    while _alive(first) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert second != first and not _alive(first)
+
+    async def close() -> None:
+        await ehragent_tools.sandbox().close()
+    asyncio.run(close())                                  # ends the second host, as a new loop does

@@ -235,14 +235,20 @@ class CodeSandbox:
         except (OSError, AttributeError):      # the host is gone (its cells with it)
             pass
 
-    async def close(self) -> None:
-        if self._control is not None:          # shutdown wakes the reader thread and tells the host to exit
+    def shutdown(self) -> None:
+        """Tell the host to exit without waiting for it (usable once the sandbox's event loop is closed): the host
+        ends when its control socket does, and the reader thread, which keeps the socket open, wakes and ends."""
+        if self._control is not None:
             try:
                 self._control.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             self._control.close()
             self._control = None
+        shutil.rmtree(self.scratch_root, ignore_errors=True)
+
+    async def close(self) -> None:
+        self.shutdown()
         if self._host is not None and self._host.returncode is None:
             try:
                 await asyncio.wait_for(self._host.wait(), 5.0)

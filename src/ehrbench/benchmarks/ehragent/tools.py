@@ -6,7 +6,6 @@ switched off. LoadDB and SQLInterpreter reach the hosted, read-only database thr
 from __future__ import annotations
 
 import asyncio
-import weakref
 
 from ...agents.code_sandbox import CellLimits, CellResult, CodeSandbox
 from ...db.limits import QueryError
@@ -20,11 +19,15 @@ SAVE_ANSWER = "Please save the answer to the question in the variable 'answer'."
 TOOL_NAMES = {"get_value": "GetValue", "data_filter": "FilterDB", "db_loader": "LoadDB",
               "sql_interpreter": "SQLInterpreter", "date_calculator": "Calendar"}
 LOAD_ROWS = 500_000          # LoadDB keeps at most this many rows (the result's byte limit applies too)
-_SANDBOXES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CodeSandbox]" = weakref.WeakKeyDictionary()
+_SANDBOXES: dict[asyncio.AbstractEventLoop, CodeSandbox] = {}
 
 
 def sandbox() -> CodeSandbox:
-    """This process's code sandbox (one host per event loop, started on the first cell)."""
+    """This process's code sandbox (one host per event loop, started on the first cell). The hosts of loops that
+    have closed since (each `asyncio.run` is a new loop) are told to exit: nothing else would end them before the
+    process does."""
+    for closed in [old for old in _SANDBOXES if old.is_closed()]:
+        _SANDBOXES.pop(closed).shutdown()
     loop = asyncio.get_running_loop()
     if loop not in _SANDBOXES:
         _SANDBOXES[loop] = CodeSandbox(preload=("pandas", "Levenshtein", "ehrbench.benchmarks.ehragent.toolset"))
