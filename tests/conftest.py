@@ -51,6 +51,15 @@ def dbs(db_paths):
     return {db: Database(p, db) for db, p in db_paths.items()}
 
 
+@pytest.fixture(scope="session")
+def shared_world(tmp_path_factory) -> Path:
+    """One data root for the session's main-job runs, every benchmark's: `gen/` for the databases (and per-patient
+    files), `vi/` for the value indexes. Both are cached by content (a file's name is the hash of what it holds), so
+    the first run builds what it needs and later runs reuse the same files, as a user's second run does, instead of
+    every test building them again (about 50 s a run here). A test about building from nothing uses its own folder."""
+    return tmp_path_factory.mktemp("shared_world")
+
+
 def _free_port() -> int:
     import socket
 

@@ -228,10 +228,11 @@ def _main(args, timeout=600):
                           timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
-def test_the_reference_scores_f1_1_on_every_task_through_ray_and_mlflow(ray_cluster, tmp_path):
+def test_the_reference_scores_f1_1_on_every_task_through_ray_and_mlflow(ray_cluster, tmp_path, shared_world):
     store = tmp_path / "mlruns"
     out = _main(["benchmark=agentehr", "limit_tasks=3", "trials=2", "data.dictionary=used",
-                 f"data.root={tmp_path / 'gen'}", f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
+                 f"data.root={shared_world / 'gen'}", f"tracking.root={store}",
+                 f"runtime.address={ray_cluster.address}",
                  f"hydra.run.dir={tmp_path / 'out'}"])
     assert out.returncode == 0, out.stderr[-3000:]
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
@@ -246,7 +247,7 @@ def test_the_reference_scores_f1_1_on_every_task_through_ray_and_mlflow(ray_clus
     assert {"f1_by_task.png", "best_at_k.png", "results_table.txt"} <= artifacts
 
 
-def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, tmp_path):
+def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, tmp_path, shared_world):
     from .fake_llm_server import FakeLLMServer, Reply
 
     items = json.loads((ROOT / "data/tasks/agentehr/transfers.json").read_text())
@@ -265,7 +266,7 @@ def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, 
         store = tmp_path / "mlruns"
         out = _main(["benchmark=agentehr", f"benchmark.task_dir={one}", "benchmark.tasks=[transfers]", "trials=1",
                      "benchmark.mimic_iii=false",
-                     "model=gpt-4o", f"model.base_url={server.url}/v1", f"data.root={tmp_path / 'gen'}",
+                     "model=gpt-4o", f"model.base_url={server.url}/v1", f"data.root={shared_world / 'gen'}",
                      f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                      f"hydra.run.dir={tmp_path / 'out'}"])
         requests = server.requests_for("gpt-4o")

@@ -68,7 +68,7 @@ ITEM = ("# Memory Item 1\n## Title Check the latest transfer first\n## Descripti
 ITEM_2 = "# Memory Item 1\n## Title Weigh the admitting service\n## Content The service predicts the next unit."
 
 
-def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path):
+def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path, shared_world):
     from .fake_llm_server import FakeLLMServer, Reply
 
     source = ROOT / "data/tasks/agentehr"
@@ -81,7 +81,7 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path):
     (tasks / "manifest.json").write_text((source / "manifest.json").read_text())
     common = ["benchmark=agentehr", f"benchmark.task_dir={tasks}", "benchmark.tasks=[transfers]", "agent=retrosum",
               "benchmark.mimic_iii=false",
-              "trials=1", "model=gpt-4o", f"data.root={tmp_path / 'gen'}", f"runtime.address={ray_cluster.address}"]
+              "trials=1", "model=gpt-4o", f"data.root={shared_world / 'gen'}", f"runtime.address={ray_cluster.address}"]
     store = tmp_path / "mlruns"
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     server = FakeLLMServer().start()

@@ -14,10 +14,11 @@ from ehrbench.benchmarks.ehragent.tasks import load_tasks
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_reference_agent_scores_100_on_every_database(ray_cluster, tmp_path):
+def test_the_reference_agent_scores_100_on_every_database(ray_cluster, tmp_path, shared_world):
     store = tmp_path / "mlruns"
     cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "limit_tasks=2", "trials=2", "data.dictionary=used",
-           f"data.root={tmp_path / 'gen'}", f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
+           f"data.root={shared_world / 'gen'}", f"tracking.root={store}",
+           f"runtime.address={ray_cluster.address}",
            f"hydra.run.dir={tmp_path / 'out'}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -34,7 +35,7 @@ def test_the_reference_agent_scores_100_on_every_database(ray_cluster, tmp_path)
     assert traces and all(any(s.span_type == "TOOL" for s in t.data.spans) for t in traces)   # each code cell
 
 
-def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_path):
+def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_path, shared_world):
     from .fake_llm_server import FakeLLMServer, Reply
 
     source = ROOT / "data" / "tasks" / "ehragent" / "mimic_iii.json"
@@ -52,7 +53,7 @@ def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_pat
         store = tmp_path / "mlruns"
         cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
                f"benchmark.task_dir={tmp_path / 'tasks'}", "trials=1", "data.dictionary=used", "model=gpt-4o",
-               f"model.base_url={server.url}/v1", f"data.root={tmp_path / 'gen'}", f"tracking.root={store}",
+               f"model.base_url={server.url}/v1", f"data.root={shared_world / 'gen'}", f"tracking.root={store}",
                f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"]
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
         requests = server.requests_for("gpt-4o")
@@ -69,7 +70,7 @@ def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_pat
     assert "(END OF EXAMPLES)" in chatbot[0] and "The admissions table holds the visits." in chatbot[0]
 
 
-def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(ray_cluster, tmp_path):
+def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(ray_cluster, tmp_path, shared_world):
     """memory=sequential, as the original's main.py: the questions in the seeded order, one at a time; a solved
     question (its question, knowledge note and last cell) is an example for the next; an unsolved one is not."""
     from ehrbench.benchmarks.ehragent.benchmark import EhrAgentBenchmark
@@ -98,7 +99,8 @@ def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(
         store = tmp_path / "mlruns"
         cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
                "benchmark.memory=sequential", f"benchmark.task_dir={tmp_path / 'tasks'}", "trials=1",
-               "data.dictionary=used", "model=gpt-4o", f"model.base_url={server.url}/v1", f"data.root={tmp_path / 'gen'}",
+               "data.dictionary=used", "model=gpt-4o", f"model.base_url={server.url}/v1",
+               f"data.root={shared_world / 'gen'}",
                f"tracking.root={store}", f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"]
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
         requests = [json.dumps(r.body) for r in server.requests_for("gpt-4o") if '"tools"' in json.dumps(r.body)]
@@ -134,7 +136,7 @@ def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(
     assert [m["question"] for m in agent.memory.items[4:]] == [first.question, third.question]   # after the 4 shots
 
 
-def test_a_question_file_without_answers_runs_on_the_run_s_database(ray_cluster, tmp_path):
+def test_a_question_file_without_answers_runs_on_the_run_s_database(ray_cluster, tmp_path, shared_world):
     """`benchmark.question_files.<db>=` EHRSQL's own file (no answers): answered on the run's database once it is
     built, the unanswerable dropped with a warning, and the rest run (the reference agent at 100)."""
     source = json.loads((ROOT / "data" / "tasks" / "ehragent" / "mimic_iii.json").read_text())[:3]
@@ -144,7 +146,7 @@ def test_a_question_file_without_answers_runs_on_the_run_s_database(ray_cluster,
     store = tmp_path / "mlruns"
     cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
            f"+benchmark.question_files.ehrsql_mimic_iii={tmp_path / 'valid.json'}", "benchmark.task_dir=/nonexistent",
-           "trials=1", "data.dictionary=used", f"data.root={tmp_path / 'gen'}", f"tracking.root={store}",
+           "trials=1", "data.dictionary=used", f"data.root={shared_world / 'gen'}", f"tracking.root={store}",
            f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})

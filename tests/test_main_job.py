@@ -117,7 +117,7 @@ def test_real_model_run_without_a_key_stops_at_start_naming_the_variable(tmp_pat
     assert out.stderr.strip().splitlines()[-1] == "ehrbench: model gemini-2.5-flash: set GEMINI_API_KEY (or GOOGLE_API_KEY)"
 
 
-def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
+def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path, shared_world):
     """One trial through Ray with the real clients against the fake server; usage and cost land in MLflow."""
     import json
 
@@ -143,7 +143,7 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
                "limit_tasks=1", "trials=1", "data.dictionary=used", "runtime.max_in_flight=1",
                "model=gpt-4o", f"model.base_url={server.url}/v1", "user=gemini-2.0-flash",
                f"+user.model.base_url={server.url}", f"+validator.model.base_url={server.url}",
-               f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
+               f"data.root={shared_world / 'gen'}", f"data.index_cache={shared_world / 'vi'}",
                f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                f"hydra.run.dir={tmp_path / 'out'}"]
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -172,13 +172,13 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path):
     assert not any(key.encode() in logged for key in TEST_KEYS.values())
 
 
-def test_rerunning_the_same_command_resumes_without_repeating_or_losing_trials(ray_cluster, tmp_path):
+def test_rerunning_the_same_command_resumes_without_repeating_or_losing_trials(ray_cluster, tmp_path, shared_world):
     """A first run does 1 task per database and flow; the same config with 2 tasks runs only the new ones."""
     import json
 
     store = tmp_path / "mlruns"
-    base = [sys.executable, "-m", "ehrbench", "trials=2", "data.dictionary=used", f"data.root={tmp_path / 'gen'}",
-            f"data.index_cache={tmp_path / 'gen' / 'vi'}", f"tracking.root={store}",
+    base = [sys.executable, "-m", "ehrbench", "trials=2", "data.dictionary=used", f"data.root={shared_world / 'gen'}",
+            f"data.index_cache={shared_world / 'vi'}", f"tracking.root={store}",
             f"runtime.address={ray_cluster.address}", "tracking.log_traces=false"]
     for limit in (1, 2):
         out = subprocess.run(base + [f"limit_tasks={limit}", f"hydra.run.dir={tmp_path / f'out{limit}'}"], cwd=ROOT,
@@ -222,11 +222,11 @@ def test_a_validator_rejected_attempt_is_not_the_end_of_its_trial_until_the_last
     assert TrialStore.finished(store.load()) == {("db/incre/1", 1)}
 
 
-def test_multirun_sweep_gives_one_tagged_run_per_combination(ray_cluster, tmp_path):
+def test_multirun_sweep_gives_one_tagged_run_per_combination(ray_cluster, tmp_path, shared_world):
     store = tmp_path / "mlruns"
     out = subprocess.run([sys.executable, "-m", "ehrbench", "-m", "benchmark=ehrchatqa_mimic,ehrchatqa_eicu",
                           "benchmark.flows=[incre]", "limit_tasks=1", "trials=1", "data.dictionary=used",
-                          f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
+                          f"data.root={shared_world / 'gen'}", f"data.index_cache={shared_world / 'vi'}",
                           f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                           "tracking.log_traces=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -251,14 +251,14 @@ def test_multirun_sweep_gives_one_tagged_run_per_combination(ray_cluster, tmp_pa
     assert report(["--tracking-uri", f"sqlite:///{store / 'mlflow.db'}", "--sweep", "nope"]) == 2
 
 
-def test_ray_job_submission_to_a_running_cluster(ray_cluster, tmp_path):
+def test_ray_job_submission_to_a_running_cluster(ray_cluster, tmp_path, shared_world):
     """The README's `ray job submit` command against the session's `ray start --head` cluster; status and logs read back."""
     ray_bin = str(Path(sys.executable).with_name("ray"))
     store = tmp_path / "mlruns"
     submit = [ray_bin, "job", "submit", "--address", ray_cluster.dashboard, "--working-dir", ".",
               "--submission-id", "ehrbench-test-job", "--", sys.executable, "jobs/evaluate.py",
               "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]", "limit_tasks=1", "trials=1",
-              "data.dictionary=used", f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
+              "data.dictionary=used", f"data.root={shared_world / 'gen'}", f"data.index_cache={shared_world / 'vi'}",
               f"tracking.root={store}", "runtime.address=auto", f"hydra.run.dir={tmp_path / 'out'}"]
     import time
 
@@ -279,7 +279,7 @@ def test_ray_job_submission_to_a_running_cluster(ray_cluster, tmp_path):
     assert run.data.metrics["SR-1"] == 100.0
 
 
-def test_tracking_to_an_mlflow_server(ray_cluster, tmp_path):
+def test_tracking_to_an_mlflow_server(ray_cluster, tmp_path, shared_world):
     """tracking=server against a real `mlflow server` on loopback: the run, its metrics and artifacts land there."""
     import socket
     import time
@@ -302,8 +302,8 @@ def test_tracking_to_an_mlflow_server(ray_cluster, tmp_path):
                 time.sleep(0.5)
         out = subprocess.run([sys.executable, "-m", "ehrbench", "tracking=server", f"tracking.uri={uri}",
                               f"tracking.root={tmp_path / 'local'}", "benchmark=ehrchatqa_eicu", "benchmark.flows=[adapt]",
-                              "limit_tasks=1", "trials=2", "data.dictionary=used", f"data.root={tmp_path / 'gen'}",
-                              f"data.index_cache={tmp_path / 'gen' / 'vi'}", f"runtime.address={ray_cluster.address}",
+                              "limit_tasks=1", "trials=2", "data.dictionary=used", f"data.root={shared_world / 'gen'}",
+                              f"data.index_cache={shared_world / 'vi'}", f"runtime.address={ray_cluster.address}",
                               f"hydra.run.dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True,
                              timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
