@@ -235,9 +235,8 @@ class CodeSandbox:
         except (OSError, AttributeError):      # the host is gone (its cells with it)
             pass
 
-    def shutdown(self) -> None:
-        """Tell the host to exit without waiting for it (usable once the sandbox's event loop is closed): the host
-        ends when its control socket does, and the reader thread, which keeps the socket open, wakes and ends."""
+    def _hang_up(self) -> None:
+        """Closing the control socket tells the host to exit and wakes the reader thread (which kept it open)."""
         if self._control is not None:
             try:
                 self._control.shutdown(socket.SHUT_RDWR)
@@ -245,10 +244,14 @@ class CodeSandbox:
                 pass
             self._control.close()
             self._control = None
+
+    def shutdown(self) -> None:
+        """Tell the host to exit without waiting for it (usable once the sandbox's event loop is closed)."""
+        self._hang_up()
         shutil.rmtree(self.scratch_root, ignore_errors=True)
 
     async def close(self) -> None:
-        self.shutdown()
+        self._hang_up()
         if self._host is not None and self._host.returncode is None:
             try:
                 await asyncio.wait_for(self._host.wait(), 5.0)
