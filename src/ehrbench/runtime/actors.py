@@ -158,6 +158,8 @@ class ValueIndexActor(Placed):
         restarted = bool(manifest) and ray.get_runtime_context().was_current_actor_reconstructed
         self.index = ValueIndex(cache_dir, build_embedder(embedder), manifest, restarted=restarted)
         self._build = None
+        if hasattr(self.index.embedder, "warm"):   # a local model: loaded while the run starts, not at its first query
+            self.index.embedder.warm()
 
     def start_column(self, db_id, table, column, values) -> int:
         """Begin indexing a column; returns how many values need embedding (0 when the cache has it)."""
