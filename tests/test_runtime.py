@@ -314,3 +314,15 @@ def test_the_memory_is_filled_from_scored_records_and_refilled_after_a_restart(r
     remember(memory, [later], records)                                  # its put says "restarted": filled again
     assert ray.get(memory.items.remote("s")) == [{"q": "ok"}, {"q": "later"}]
     ray.kill(memory)
+
+
+def test_a_run_starts_no_more_service_shards_than_it_has_tasks():
+    """A trial reaches one shard of a service (routed by its patient): a one-task run starts one shard, not four."""
+    from ehrbench.__main__ import service_shards
+    from ehrbench.benchmark import Resources
+
+    resources = Resources(services={"patients": 4, "records": 2})
+    assert service_shards(resources, 1) == {"patients": 1, "records": 1}
+    assert service_shards(resources, 3) == {"patients": 3, "records": 2}
+    assert service_shards(resources, 100) == service_shards(resources, None) == {"patients": 4, "records": 2}
+    assert service_shards(resources, 0) == {"patients": 1, "records": 1}

@@ -141,16 +141,22 @@ def connect_ray(conf: RunConfig, bench) -> None:
 
 
 def start_runtime_on_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, settings: TrialSettings,
-                         index_values: dict | None = None, run: str | None = None):
+                         index_values: dict | None = None, run: str | None = None, n_tasks: int | None = None):
     from .runtime.runner import build_indexes, start_runtime, start_workers
 
     with_index = bool(resources.indexed_columns or index_values)
     runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=with_index,
                             embedder=conf.data.embedder, with_memory=resources.memory,
-                            services=resources.services, settings=settings, run=run)
+                            services=service_shards(resources, n_tasks), settings=settings, run=run)
     embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns, index_values)
     settings = start_workers(runtime, settings, conf.runtime)
     return runtime, embedded, settings
+
+
+def service_shards(resources: Resources, n_tasks: int | None) -> dict[str, int]:
+    """Each service's shards, never more than the run has tasks: a trial reaches one shard (routed by its patient),
+    so a shard beyond the tasks' count would be a process that starts, holds nothing and serves nobody."""
+    return {name: min(n, max(1, n_tasks)) if n_tasks is not None else n for name, n in resources.services.items()}
 
 
 def _outside_package(bench: Benchmark) -> str | None:
@@ -292,7 +298,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     identity = run_identity(params, digest)
     tasks = select_tasks(all_tasks, conf.run.limit_tasks)
     runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings,  # 3. runtime
-                                                       bench.index_values(all_tasks), identity)
+                                                       bench.index_values(all_tasks), identity, len(tasks))
 
     run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
     checkpoint = open_checkpoint(Path(conf.tracking.root) / "runs" / identity, conf.run.resume)   # 4. run
