@@ -38,10 +38,11 @@ def db_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def db_paths(db_root) -> dict[str, Path]:
+def db_paths(db_root, ray_cluster) -> dict[str, Path]:
+    """Built as the main job builds them, in patient chunks on the session's Ray cluster (both cores at work)."""
     from ehrbench.schemas import WorldSpec, build_database
 
-    return {db: build_database(db, WorldSpec(seed=0), db_root) for db in ("mimic_iv_star", "eicu_star")}
+    return {db: build_database(db, WorldSpec(seed=0), db_root, on_ray=True) for db in ("mimic_iv_star", "eicu_star")}
 
 
 @pytest.fixture(scope="session")

@@ -265,7 +265,7 @@ def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, 
                     Reply(tool="finish", args={"response": [label, "Some Other Unit"]}), model="gpt-4o")
         store = tmp_path / "mlruns"
         out = _main(["benchmark=agentehr", f"benchmark.task_dir={one}", "benchmark.tasks=[transfers]", "trials=1",
-                     "benchmark.mimic_iii=false",
+                     "benchmark.mimic_iii=false", "data.dictionary=used",   # the shared world, as built above
                      "model=gpt-4o", f"model.base_url={server.url}/v1", f"data.root={shared_world / 'gen'}",
                      f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                      f"hydra.run.dir={tmp_path / 'out'}"])

@@ -80,7 +80,7 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path, s
     (tasks / "transfers.json").write_text(json.dumps(test))
     (tasks / "manifest.json").write_text((source / "manifest.json").read_text())
     common = ["benchmark=agentehr", f"benchmark.task_dir={tasks}", "benchmark.tasks=[transfers]", "agent=retrosum",
-              "benchmark.mimic_iii=false",
+              "benchmark.mimic_iii=false", "data.dictionary=used",
               "trials=1", "model=gpt-4o", f"data.root={shared_world / 'gen'}", f"runtime.address={ray_cluster.address}"]
     store = tmp_path / "mlruns"
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")

@@ -3,7 +3,6 @@ import os
 import subprocess
 import sys
 
-import mlflow
 import pytest
 
 from .conftest import ROOT
@@ -60,44 +59,6 @@ def test_good_options_come_back_typed(tmp_path):
                              f"data.root={tmp_path / 'g'}", f"data.index_cache={tmp_path / 'g' / 'vi'}"))
     assert (conf.run.trials, conf.run.limit_tasks, conf.limits.max_steps, conf.runtime.max_in_flight) == (3, 2, 30, 256)
     assert conf.benchmark["task_dir"] == str(ROOT / "data" / "tasks" / "ehrchatqa")     # made absolute
-
-
-def _job(tmp_path, cluster, world, *extra):
-    return [sys.executable, "-m", "ehrbench", "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]",
-            "data.dictionary=used", f"data.root={world / 'gen'}", f"data.index_cache={world / 'vi'}",
-            f"tracking.root={tmp_path / 'mlruns'}", f"runtime.address={cluster.address}",
-            "tracking.log_traces=false", f"hydra.run.dir={tmp_path / 'out'}", *extra]
-
-
-def _the_run(tmp_path):
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
-    [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
-    return run
-
-
-def test_mistyped_or_smaller_reruns_never_touch_a_finished_run(ray_cluster, tmp_path, shared_world):
-    out = subprocess.run(_job(tmp_path, ray_cluster, shared_world, "trials=2", "limit_tasks=2"), cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    finished = _the_run(tmp_path)
-    assert finished.data.metrics["trials_valid"] == 4 and finished.data.metrics["SR-2"] == 100.0
-
-    for bad, line in (("trials=0", "ehrbench: trials=0: must be an integer of at least 1"),
-                      ("limit_tasks=-1", "ehrbench: limit_tasks=-1: must be an integer of at least 1"),
-                      ("data.seed=notanint", "ehrbench: data.seed='notanint': must be an integer of at least 0")):
-        out = subprocess.run(_job(tmp_path, ray_cluster, shared_world, "trials=2", "limit_tasks=2", bad), cwd=ROOT,
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(line), out.stderr[-2000:]
-        assert "Traceback" not in out.stderr
-    # a smaller re-run of the same identity does nothing new and reports everything the run established
-    out = subprocess.run(_job(tmp_path, ray_cluster, shared_world, "trials=1", "limit_tasks=1"), cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "over 2 trials per task" in out.stdout
-    after = _the_run(tmp_path)
-    assert after.info.run_id == finished.info.run_id and after.info.status == "FINISHED"
-    assert {k: after.data.metrics[k] for k in ("trials_valid", "SR-2", "tasks", "Pass_hat_2")} == \
-        {k: finished.data.metrics[k] for k in ("trials_valid", "SR-2", "tasks", "Pass_hat_2")}
 
 
 def test_an_unregistered_benchmark_is_refused_with_the_known_ones(tmp_path):

@@ -106,11 +106,12 @@ def test_questions_whose_gold_sql_fails_or_finds_nothing_are_dropped(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def ehragent_dbs(db_root):
+def ehragent_dbs(db_root, ray_cluster):
+    """The default world's renderings (what `make run` builds), in patient chunks on the session's Ray cluster."""
     from ehrbench.db.database import Database
     from ehrbench.schemas import WorldSpec, build_database
 
-    return {db: Database(build_database(db, WorldSpec(seed=0), db_root), db) for db in FILES}
+    return {db: Database(build_database(db, WorldSpec(seed=0), db_root, on_ray=True), db) for db in FILES}
 
 
 @pytest.mark.parametrize("db_id", list(FILES))

@@ -11,10 +11,10 @@ import pytest
 from .conftest import ROOT
 
 
-def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path):
+def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path, shared_world):
     store = tmp_path / "mlruns"
     cmd = [sys.executable, "-m", "ehrbench", "limit_tasks=2", "trials=3", "data.dictionary=used",
-           f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}", f"tracking.root={store}",
+           f"data.root={shared_world / 'gen'}", f"data.index_cache={shared_world / 'vi'}", f"tracking.root={store}",
            f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -172,29 +172,59 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path, 
     assert not any(key.encode() in logged for key in TEST_KEYS.values())
 
 
-def test_rerunning_the_same_command_resumes_without_repeating_or_losing_trials(ray_cluster, tmp_path, shared_world):
-    """A first run does 1 task per database and flow; the same config with 2 tasks runs only the new ones."""
+def test_reruns_resume_without_repeating_and_mistyped_or_smaller_ones_never_touch_the_run(ray_cluster, tmp_path,
+                                                                                          shared_world):
+    """A first run does 1 task per database and flow; mistyped reruns stop at start; the same config with 2 tasks
+    runs only the new ones into the same MLflow run; a smaller rerun (1 task, 1 trial) runs nothing and reports
+    everything the run established."""
     import json
 
     store = tmp_path / "mlruns"
-    base = [sys.executable, "-m", "ehrbench", "trials=2", "data.dictionary=used", f"data.root={shared_world / 'gen'}",
+    base = [sys.executable, "-m", "ehrbench", "data.dictionary=used", f"data.root={shared_world / 'gen'}",
             f"data.index_cache={shared_world / 'vi'}", f"tracking.root={store}",
             f"runtime.address={ray_cluster.address}", "tracking.log_traces=false"]
-    for limit in (1, 2):
-        out = subprocess.run(base + [f"limit_tasks={limit}", f"hydra.run.dir={tmp_path / f'out{limit}'}"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
+
+    def rerun(*extra: str, ok: bool = True) -> subprocess.CompletedProcess:
+        out = subprocess.run(base + [*extra, f"hydra.run.dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=600)
+        assert (out.returncode == 0) == ok, out.stderr[-3000:]
+        return out
+
+    def the_run():
+        mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+        [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")   # one run throughout
+        return run
+
+    rerun("trials=2", "limit_tasks=1")
+    first = the_run()
+    assert first.data.metrics["trials_valid"] == 8 and first.info.status == "FINISHED"
+    for bad, line in (("trials=0", "ehrbench: trials=0: must be an integer of at least 1"),
+                      ("data.seed=notanint", "ehrbench: data.seed='notanint': must be an integer of at least 0")):
+        out = rerun("trials=2", "limit_tasks=2", bad, ok=False)
+        assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(line), out.stderr[-2000:]
+        assert "Traceback" not in out.stderr
+    untouched = the_run()
+    assert (untouched.info.status, untouched.data.metrics) == (first.info.status, first.data.metrics)
+
+    rerun("trials=2", "limit_tasks=2")
     [folder] = [p for p in (store / "runs").iterdir()]
     lines = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
     keys = [(r["task_key"], r["trial"]) for r in lines]
     assert len(keys) == len(set(keys)) == 4 * 2 * 2          # 4 db/flow pairs x 2 tasks x 2 trials, each once
-    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
-    [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")   # one run, resumed
-    assert run.data.tags["ehrbench.resumed"] == "true" and run.data.metrics["trials_valid"] == 16
-    assert run.data.metrics["SR-2"] == 100.0 and run.data.metrics["tasks"] == 8
-    assert run.info.status == "FINISHED"
+    run = the_run()
+    assert run.info.run_id == first.info.run_id and run.data.tags["ehrbench.resumed"] == "true"
+    assert run.data.metrics["trials_valid"] == 16 and run.data.metrics["SR-2"] == 100.0
+    assert run.data.metrics["tasks"] == 8 and run.info.status == "FINISHED"
     prompt = mlflow.MlflowClient().load_prompt("prompts:/ehrchatqa.user_system@latest")
     assert prompt.version == 1                       # registered once: an unchanged template is not a new version
+
+    out = rerun("trials=1", "limit_tasks=1")         # smaller: nothing new, and it never reports less than before
+    assert "over 2 trials per task" in out.stdout
+    assert len((folder / "records.jsonl").read_text().splitlines()) == len(lines)
+    after = the_run()
+    assert after.info.run_id == first.info.run_id and after.info.status == "FINISHED"
+    assert {k: after.data.metrics[k] for k in ("trials_valid", "SR-2", "tasks", "Pass_hat_2")} == \
+        {k: run.data.metrics[k] for k in ("trials_valid", "SR-2", "tasks", "Pass_hat_2")}
 
 
 def test_checkpoint_ignores_a_torn_last_line(tmp_path):
@@ -220,35 +250,6 @@ def test_a_validator_rejected_attempt_is_not_the_end_of_its_trial_until_the_last
     store.append(TrialRecord("db/incre/1", 0, "rejected_by_validator", None, final=False))   # re-run was coming
     store.append(TrialRecord("db/incre/1", 1, "rejected_by_validator", None, final=True))    # out of re-runs
     assert TrialStore.finished(store.load()) == {("db/incre/1", 1)}
-
-
-def test_multirun_sweep_gives_one_tagged_run_per_combination(ray_cluster, tmp_path, shared_world):
-    store = tmp_path / "mlruns"
-    out = subprocess.run([sys.executable, "-m", "ehrbench", "-m", "benchmark=ehrchatqa_mimic,ehrchatqa_eicu",
-                          "benchmark.flows=[incre]", "limit_tasks=1", "trials=1", "data.dictionary=used",
-                          f"data.root={shared_world / 'gen'}", f"data.index_cache={shared_world / 'vi'}",
-                          f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
-                          "tracking.log_traces=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
-    runs = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
-    assert len(runs) == 2
-    assert {r.data.tags["ehrbench.sweep"] for r in runs} == {str(tmp_path / "sweep")}
-    assert sorted(r.data.params["benchmark.databases"] for r in runs) == ["['eicu_star']", "['mimic_iv_star']"]
-    assert sorted(r.data.tags["ehrbench.sweep_job"] for r in runs) == ["0", "1"]
-
-    # ... and the report compares them side by side
-    import csv
-
-    from ehrbench.report import main as report
-
-    assert report(["--tracking-uri", f"sqlite:///{store / 'mlflow.db'}", "--sweep", str(tmp_path / "sweep"),
-                   "--out", str(tmp_path / "report"), "--flows", "incre"]) == 0
-    rows = list(csv.DictReader((tmp_path / "report" / "comparison.csv").open()))
-    assert len(rows) == 2 and {r["incre SR"] for r in rows} == {"100.0"} and {r["k"] for r in rows} == {"1"}
-    assert (tmp_path / "report" / "pass_hat_k.png").stat().st_size > 1000
-    assert report(["--tracking-uri", f"sqlite:///{store / 'mlflow.db'}", "--sweep", "nope"]) == 2
 
 
 def test_ray_job_submission_to_a_running_cluster(ray_cluster, tmp_path, shared_world):
@@ -279,11 +280,17 @@ def test_ray_job_submission_to_a_running_cluster(ray_cluster, tmp_path, shared_w
     assert run.data.metrics["SR-1"] == 100.0
 
 
-def test_tracking_to_an_mlflow_server(ray_cluster, tmp_path, shared_world):
-    """tracking=server against a real `mlflow server` on loopback: the run, its metrics and artifacts land there."""
+def test_a_multirun_sweep_to_an_mlflow_server_gives_one_tagged_run_per_combination(ray_cluster, tmp_path,
+                                                                                     shared_world):
+    """`-m` over two benchmark variants with tracking=server against a real `mlflow server` on loopback: one run per
+    combination, tagged with the sweep, its metrics, traces and artifacts on the server (nothing in a local store);
+    the report then compares the sweep's runs side by side."""
+    import csv
     import socket
     import time
     import urllib.request
+
+    from ehrbench.report import main as report
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -300,20 +307,34 @@ def test_tracking_to_an_mlflow_server(ray_cluster, tmp_path, shared_world):
                 break
             except OSError:
                 time.sleep(0.5)
-        out = subprocess.run([sys.executable, "-m", "ehrbench", "tracking=server", f"tracking.uri={uri}",
-                              f"tracking.root={tmp_path / 'local'}", "benchmark=ehrchatqa_eicu", "benchmark.flows=[adapt]",
-                              "limit_tasks=1", "trials=2", "data.dictionary=used", f"data.root={shared_world / 'gen'}",
-                              f"data.index_cache={shared_world / 'vi'}", f"runtime.address={ray_cluster.address}",
-                              f"hydra.run.dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=600)
+        out = subprocess.run([sys.executable, "-m", "ehrbench", "-m", "benchmark=ehrchatqa_mimic,ehrchatqa_eicu",
+                              "benchmark.flows=[incre]", "limit_tasks=1", "trials=2", "data.dictionary=used",
+                              "tracking=server", f"tracking.uri={uri}", f"tracking.root={tmp_path / 'local'}",
+                              f"data.root={shared_world / 'gen'}", f"data.index_cache={shared_world / 'vi'}",
+                              f"runtime.address={ray_cluster.address}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         mlflow.set_tracking_uri(uri)
-        [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
-        assert run.data.metrics["SR-2"] == 100.0 and run.data.params["tracking.name"] == "server"
-        assert len(mlflow.search_traces(locations=[run.info.experiment_id], return_type="list")) == 2
-        names = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
-        assert "records.jsonl" in names and (tmp_path / "server-artifacts").exists()
+        runs = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+        assert len(runs) == 2
+        assert {r.data.tags["ehrbench.sweep"] for r in runs} == {str(tmp_path / "sweep")}
+        assert sorted(r.data.params["benchmark.databases"] for r in runs) == ["['eicu_star']", "['mimic_iv_star']"]
+        assert sorted(r.data.tags["ehrbench.sweep_job"] for r in runs) == ["0", "1"]
+        for run in runs:
+            assert run.data.metrics["SR-2"] == 100.0 and run.data.params["tracking.name"] == "server"
+            traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id,
+                                          return_type="list")
+            assert len(traces) == 2
+            assert "records.jsonl" in {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+        assert (tmp_path / "server-artifacts").exists()
         assert not (tmp_path / "local" / "mlflow.db").exists()   # nothing went to a local store
+
+        assert report(["--tracking-uri", uri, "--sweep", str(tmp_path / "sweep"), "--out", str(tmp_path / "report"),
+                       "--flows", "incre"]) == 0
+        rows = list(csv.DictReader((tmp_path / "report" / "comparison.csv").open()))
+        assert len(rows) == 2 and {r["incre SR"] for r in rows} == {"100.0"} and {r["k"] for r in rows} == {"2"}
+        assert (tmp_path / "report" / "pass_hat_k.png").stat().st_size > 1000
+        assert report(["--tracking-uri", uri, "--sweep", "nope"]) == 2
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -2,8 +2,8 @@
 `ray start --address`), actors placed by role, the same results as on one node; worker nodes lost mid-run (raylet
 and workers killed by process id) while others join: every trial finished exactly once, retries counted, the lost
 actors re-created elsewhere from cached files; a model's rate-limit leases held on a lost node come back. The
-head-side faults are tested here, once, on the four nodes (one node is the same path with fewer nodes): the driver
-SIGKILLed and rerun, and the MLflow server gone mid-run."""
+head-side faults are tested here, once, on the four nodes (one node is the same path with fewer nodes): the MLflow
+server gone mid-run, then the driver SIGKILLed, each followed by a rerun."""
 from __future__ import annotations
 
 import json
@@ -229,38 +229,20 @@ def test_leases_held_on_a_lost_node_come_back_and_the_limiter_lives_beside_the_d
             proc.kill()
 
 
-def test_the_driver_killed_on_several_nodes_resumes_without_duplicates_or_loss(multinode, shared, tmp_path):
-    """The driver SIGKILLed mid-run (no `finally` runs), then the same command again: it resumes, no trial lost or run
-    twice, and every trial has exactly one trace (those the killed driver had not written, the rerun writes)."""
-    cmd = _job(tmp_path, shared, multinode.address, "runtime.placement=roles", "limit_tasks=5",
-               "runtime.max_in_flight=8", "model.latency_s=0.1", traces=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=multinode.env)
-    _wait_for_records(tmp_path, 8, proc, timeout=600)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    before = {(r["task_key"], r["trial"]) for r in _records(tmp_path)}
-    assert 8 <= len(before) < 2 * 5 * 4                                 # killed part-way
-    out = _run(cmd, env=multinode.env)
-    keys = [(r["task_key"], r["trial"]) for r in _records(tmp_path)]
-    assert len(keys) == len(set(keys)) == 2 * 5 * 4 and before <= set(keys)     # no duplicate, no loss
-    assert "resuming run" in out.stderr + out.stdout
-    run = _run_info(tmp_path)
-    assert run.data.metrics["SR-2"] == 100.0
-    traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, include_spans=False,
-                                  return_type="list", max_results=1000)
-    assert sorted(t.info.tags["mlflow.traceName"] for t in traces) == sorted(f"{task}#{trial}" for task, trial in keys)
-
-
-def test_the_mlflow_server_down_on_several_nodes_loses_nothing_and_a_rerun_completes(multinode, shared, tmp_path):
-    """The tracking server gone mid-run: the run fails loudly with every finished trial on disk; with the server back,
-    the same command completes it into the same MLflow run."""
+def test_the_mlflow_server_down_then_the_driver_killed_on_several_nodes_lose_nothing(multinode, shared, tmp_path):
+    """The head-side faults, one after the other on one run. The tracking server gone mid-run: the run fails loudly
+    with every finished trial on disk. With the server back, the same command resumes, and its driver is SIGKILLed
+    mid-run (no `finally` runs). The same command once more completes the same MLflow run: no trial lost or run
+    twice, and every trial has exactly one trace (those the failed and the killed drivers had not written, the last
+    run writes)."""
     from .multinode import free_port
 
     port = free_port()
     env = {**multinode.env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
     cmd = _job(tmp_path, shared, multinode.address, "runtime.placement=roles", "limit_tasks=5",
                "runtime.max_in_flight=8", "model.latency_s=0.1", "tracking=server",
-               f"tracking.uri=http://127.0.0.1:{port}")
+               f"tracking.uri=http://127.0.0.1:{port}", "tracking.write_traces=during", traces=True)
+    total = 2 * 5 * 4
     server = _start_mlflow_server(tmp_path, port)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     _wait_for_records(tmp_path, 8, proc)
@@ -268,15 +250,27 @@ def test_the_mlflow_server_down_on_several_nodes_loses_nothing_and_a_rerun_compl
     proc.communicate(timeout=600)
     assert proc.returncode != 0                                         # loudly
     on_disk = {(r["task_key"], r["trial"]) for r in _records(tmp_path)}
-    assert len(on_disk) >= 8                                            # nothing that finished is lost
+    assert 8 <= len(on_disk) < total - 8, "the run got too far to be killed part-way after it"
+
     server = _start_mlflow_server(tmp_path, port)                       # back again
     try:
-        _run(cmd, env=env)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        _wait_for_records(tmp_path, len(on_disk) + 4, proc, timeout=600)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        before = {(r["task_key"], r["trial"]) for r in _records(tmp_path)}
+        assert on_disk < before and len(before) < total                 # killed part-way
+
+        out = _run(cmd, env=env)
+        assert "resuming run" in out.stderr + out.stdout
         keys = [(r["task_key"], r["trial"]) for r in _records(tmp_path)]
-        assert len(keys) == len(set(keys)) == 2 * 5 * 4 and on_disk <= set(keys)
+        assert len(keys) == len(set(keys)) == total and before <= set(keys)    # no duplicate, no loss
         mlflow.set_tracking_uri(f"http://127.0.0.1:{port}")
-        [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
-        assert run.data.metrics["trials_valid"] == 2 * 5 * 4 and run.data.metrics["SR-2"] == 100.0
-        assert os.path.exists(tmp_path / "server.db")
+        [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")     # one run throughout
+        assert run.data.metrics["trials_valid"] == total and run.data.metrics["SR-2"] == 100.0
+        assert run.info.status == "FINISHED" and os.path.exists(tmp_path / "server.db")
+        traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id,
+                                      include_spans=False, return_type="list", max_results=1000)
+        assert sorted(t.info.tags["mlflow.traceName"] for t in traces) == sorted(f"{t}#{i}" for t, i in keys)
     finally:
         _stop(server)
