@@ -61,6 +61,28 @@ def shared_world(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("shared_world")
 
 
+_MLFLOW_TEMPLATE: list[Path] = []
+
+
+def mlflow_store(root: Path, name: str = "mlflow.db") -> Path:
+    """`root` (for `tracking.root`) holding an empty MLflow sqlite store already at MLflow's schema, unless it has one.
+    A new store costs MLflow's migrations (2.5 to 5 s here): made once a session and copied, not in every main-job
+    run. `test_main_job_reaches_100_and_lands_in_mlflow` keeps a store made from nothing."""
+    if not _MLFLOW_TEMPLATE:
+        import mlflow
+
+        path = RAY_SCRATCH / "mlflow-template.db"
+        uri = f"sqlite:///{path}"
+        client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+        client.search_experiments(max_results=1)
+        client.search_registered_models(max_results=1)
+        _MLFLOW_TEMPLATE.append(path)
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / name).exists():            # a rerun's store is the run's: never replaced
+        shutil.copyfile(_MLFLOW_TEMPLATE[0], root / name)
+    return root
+
+
 def _free_port() -> int:
     import socket
 

@@ -26,6 +26,8 @@ from ehrbench.schemas import WorldSpec, build_database
 from ehrbench.trial import ToolCall, run_trial
 from ehrbench.world.generator import WorldSize
 
+from .conftest import mlflow_store
+
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = WorldSpec(seed=4, size=WorldSize(mimic_patients=30, eicu_patients=0, eicu_hospitals=1), dictionary="used")
 
@@ -229,7 +231,7 @@ def _main(args, timeout=600):
 
 
 def test_the_reference_scores_f1_1_on_every_task_through_ray_and_mlflow(ray_cluster, tmp_path, shared_world):
-    store = tmp_path / "mlruns"
+    store = mlflow_store(tmp_path / "mlruns")
     out = _main(["benchmark=agentehr", "limit_tasks=3", "trials=2", "data.dictionary=used",
                  f"data.root={shared_world / 'gen'}", f"tracking.root={store}",
                  f"runtime.address={ray_cluster.address}",
@@ -263,7 +265,7 @@ def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, 
                     Reply(tool="get_candidates_by_semantic_similarity", args={"table_name": "transfers_candidates",
                                                                               "query": label}),
                     Reply(tool="finish", args={"response": [label, "Some Other Unit"]}), model="gpt-4o")
-        store = tmp_path / "mlruns"
+        store = mlflow_store(tmp_path / "mlruns")
         out = _main(["benchmark=agentehr", f"benchmark.task_dir={one}", "benchmark.tasks=[transfers]", "trials=1",
                      "benchmark.mimic_iii=false", "data.dictionary=used",   # the shared world, as built above
                      "model=gpt-4o", f"model.base_url={server.url}/v1", f"data.root={shared_world / 'gen'}",

@@ -12,6 +12,7 @@ import pytest
 from ehrbench.benchmarks.agentehr.memory import judge, parse_items, read_memory_file, retrieve, section
 from ehrbench.llm.base import ConfigurationError
 
+from .conftest import mlflow_store
 from .test_agentehr import ROOT, _main
 
 
@@ -82,7 +83,7 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path, s
     common = ["benchmark=agentehr", f"benchmark.task_dir={tasks}", "benchmark.tasks=[transfers]", "agent=retrosum",
               "benchmark.mimic_iii=false", "data.dictionary=used",
               "trials=1", "model=gpt-4o", f"data.root={shared_world / 'gen'}", f"runtime.address={ray_cluster.address}"]
-    store = tmp_path / "mlruns"
+    store = mlflow_store(tmp_path / "mlruns")
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     server = FakeLLMServer().start()
     try:
@@ -120,7 +121,8 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path, s
 
         server.push(Reply(tool="finish", args={"response": [test[0]["label"][0]["name"]]}), model="gpt-4o")
         use = _main(common + ["benchmark.memory=use", f"benchmark.memory_file={memory_file}",
-                              f"model.base_url={server.url}/v1", f"tracking.root={tmp_path / 'mlruns_use'}",
+                              f"model.base_url={server.url}/v1",
+                              f"tracking.root={mlflow_store(tmp_path / 'mlruns_use')}",
                               f"hydra.run.dir={tmp_path / 'use'}"])
         assert use.returncode == 0, use.stderr[-3000:]
         first = server.requests_for("gpt-4o")[-1].body["messages"][0]["content"]

@@ -23,6 +23,8 @@ from ehrbench.benchmarks.clinsql.tasks import DIFFICULTIES, SCENARIOS, load_task
 from ehrbench.llm.base import ChatResponse
 from ehrbench.trial import InfrastructureError, Message, run_trial
 
+from .conftest import mlflow_store
+
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_TASKS = ROOT / "data" / "tasks" / "clinsql"
 SCALE = 2          # the tests' world: ~200 patients, enough for a cohort per template
@@ -232,7 +234,7 @@ def _main(args, cwd=ROOT, timeout=600):
 
 
 def test_the_reference_scores_100_on_both_scores_through_ray_and_mlflow(small_world, ray_cluster, tmp_path):
-    store = tmp_path / "mlruns"
+    store = mlflow_store(tmp_path / "mlruns")
     out = _main(["benchmark=clinsql", f"benchmark.task_dir={small_world / 'tasks'}", f"data.scale={SCALE}",
                  "trials=1", f"data.root={small_world / 'gen'}", f"tracking.root={store}",
                  f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"])
@@ -278,7 +280,7 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
                     Reply(text="Seems fine, 1"),               # unreadable: that leaf is asked again
                     *[Reply(text="Score: 1\nExplanation: matches the requirement.") for _ in range(n_sql)],
                     model="gemini-2.5-flash")
-        store = tmp_path / "mlruns"
+        store = mlflow_store(tmp_path / "mlruns")
         out = _main(["benchmark=clinsql", f"benchmark.task_dir={one}", f"data.scale={SCALE}", "trials=1",
                      "model=gemini-2.5-flash", f"+model.base_url={server.url}", "grader=gemini-2.5-flash",
                      f"+grader.model.base_url={server.url}", f"data.root={small_world / 'gen'}",

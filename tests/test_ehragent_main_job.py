@@ -11,11 +11,13 @@ import mlflow
 
 from ehrbench.benchmarks.ehragent.tasks import load_tasks
 
+from .conftest import mlflow_store
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_reference_agent_scores_100_on_every_database(ray_cluster, tmp_path, shared_world):
-    store = tmp_path / "mlruns"
+    store = mlflow_store(tmp_path / "mlruns")
     cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "limit_tasks=2", "trials=2", "data.dictionary=used",
            f"data.root={shared_world / 'gen'}", f"tracking.root={store}",
            f"runtime.address={ray_cluster.address}",
@@ -50,7 +52,7 @@ def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_pat
                     Reply(text="The table is called admissions."),
                     Reply(tool="python", args={"cell": good_cell}),
                     Reply(text=f"The answer is {', '.join(task.answer)}.\nTERMINATE"), model="gpt-4o")
-        store = tmp_path / "mlruns"
+        store = mlflow_store(tmp_path / "mlruns")
         cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
                f"benchmark.task_dir={tmp_path / 'tasks'}", "trials=1", "data.dictionary=used", "model=gpt-4o",
                f"model.base_url={server.url}/v1", f"data.root={shared_world / 'gen'}", f"tracking.root={store}",
@@ -96,7 +98,7 @@ def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(
             code = cell(t) if t is not second else "answer = -987654"
             server.push(Reply(text=knowledge), Reply(tool="python", args={"cell": code}),
                         Reply(text=f"The answer is {final}.\nTERMINATE"), model="gpt-4o")
-        store = tmp_path / "mlruns"
+        store = mlflow_store(tmp_path / "mlruns")
         cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
                "benchmark.memory=sequential", f"benchmark.task_dir={tmp_path / 'tasks'}", "trials=1",
                "data.dictionary=used", "model=gpt-4o", f"model.base_url={server.url}/v1",
@@ -143,7 +145,7 @@ def test_a_question_file_without_answers_runs_on_the_run_s_database(ray_cluster,
     own = [{k: v for k, v in item.items() if k not in ("answer", "level")} for item in source]
     own.append({**own[0], "id": "unanswerable", "query": "select nope from admissions"})
     (tmp_path / "valid.json").write_text(json.dumps(own))
-    store = tmp_path / "mlruns"
+    store = mlflow_store(tmp_path / "mlruns")
     cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
            f"+benchmark.question_files.ehrsql_mimic_iii={tmp_path / 'valid.json'}", "benchmark.task_dir=/nonexistent",
            "trials=1", "data.dictionary=used", f"data.root={shared_world / 'gen'}", f"tracking.root={store}",

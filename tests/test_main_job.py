@@ -8,7 +8,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, mlflow_store
 
 
 def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path, shared_world):
@@ -138,7 +138,7 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path, 
         server.push(Reply(text="What time window?"), Reply(tool="sql_execute", args={"query": task.gold_sql}),
                     Reply(text="Here is the count."), Reply(text="Yes, it does."), model="gpt-4o")
         server.push(Reply(text=json.dumps({"explanation": "ok", "result": "no_error"})), model="gemini-2.5-flash")
-        store = tmp_path / "mlruns"
+        store = mlflow_store(tmp_path / "mlruns")
         cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]",
                "limit_tasks=1", "trials=1", "data.dictionary=used", "runtime.max_in_flight=1",
                "model=gpt-4o", f"model.base_url={server.url}/v1", "user=gemini-2.0-flash",
@@ -179,7 +179,7 @@ def test_reruns_resume_without_repeating_and_mistyped_or_smaller_ones_never_touc
     everything the run established."""
     import json
 
-    store = tmp_path / "mlruns"
+    store = mlflow_store(tmp_path / "mlruns")
     base = [sys.executable, "-m", "ehrbench", "data.dictionary=used", f"data.root={shared_world / 'gen'}",
             f"data.index_cache={shared_world / 'vi'}", f"tracking.root={store}",
             f"runtime.address={ray_cluster.address}", "tracking.log_traces=false"]
@@ -255,7 +255,7 @@ def test_a_validator_rejected_attempt_is_not_the_end_of_its_trial_until_the_last
 def test_ray_job_submission_to_a_running_cluster(ray_cluster, tmp_path, shared_world):
     """The README's `ray job submit` command against the session's `ray start --head` cluster; status and logs read back."""
     ray_bin = str(Path(sys.executable).with_name("ray"))
-    store = tmp_path / "mlruns"
+    store = mlflow_store(tmp_path / "mlruns")
     submit = [ray_bin, "job", "submit", "--address", ray_cluster.dashboard, "--working-dir", ".",
               "--submission-id", "ehrbench-test-job", "--", sys.executable, "jobs/evaluate.py",
               "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]", "limit_tasks=1", "trials=1",
@@ -295,6 +295,7 @@ def test_a_multirun_sweep_to_an_mlflow_server_gives_one_tagged_run_per_combinati
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    mlflow_store(tmp_path, "server.db")
     server = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
                                "--port", str(port), "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
                                "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"],

@@ -17,7 +17,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, mlflow_store
 from .multinode import MultiNodeCluster, cluster_env
 from .test_faults import _records, _wait_for_records   # the checkpoint read as the run's loader reads it
 
@@ -50,7 +50,8 @@ def shared(shared_world):
 
 def _job(tmp_path: Path, shared: Path, address: str, *extra: str, traces: bool = False) -> list[str]:
     return [sys.executable, "-m", "ehrbench", "trials=2", "limit_tasks=3", "data.dictionary=used",
-            f"data.root={shared / 'gen'}", f"data.index_cache={shared / 'vi'}", f"tracking.root={tmp_path / 'mlruns'}",
+            f"data.root={shared / 'gen'}", f"data.index_cache={shared / 'vi'}",
+            f"tracking.root={mlflow_store(tmp_path / 'mlruns')}",
             f"runtime.address={address}", "runtime.user_simulators=1", "runtime.db_replicas=2",
             f"tracking.log_traces={str(traces).lower()}", f"hydra.run.dir={tmp_path / 'out'}", *extra]
 
@@ -70,6 +71,7 @@ def _run_info(tmp_path: Path):
 def _start_mlflow_server(tmp_path: Path, port: int) -> subprocess.Popen:
     import urllib.request
 
+    mlflow_store(tmp_path, "server.db")
     server = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
                                "--port", str(port), "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
                                "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"],
@@ -91,8 +93,12 @@ def _stop(server: subprocess.Popen) -> None:
 def test_actors_land_on_their_roles_nodes_and_results_equal_the_single_node_run(multinode, ray_cluster, shared,
                                                                                tmp_path):
     multi, single = tmp_path / "multi", tmp_path / "single"
-    _run(_job(multi, shared, multinode.address, "runtime.placement=roles"), env=multinode.env)
-    _run(_job(single, shared, ray_cluster.address))
+    runs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            for cmd, env in ((_job(multi, shared, multinode.address, "runtime.placement=roles"), multinode.env),
+                             (_job(single, shared, ray_cluster.address), None))]    # two clusters: side by side
+    for proc in runs:
+        err = proc.communicate(timeout=900)[1]
+        assert proc.returncode == 0, err[-3000:]
     run = _run_info(multi)
     placed = json.loads(Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="placement.json",
                                                                  dst_path=str(tmp_path / "dl"))).read_text())
@@ -238,7 +244,9 @@ def test_the_mlflow_server_down_then_the_driver_killed_on_several_nodes_lose_not
     from .multinode import free_port
 
     port = free_port()
-    env = {**multinode.env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+    # no retries: the killed server refuses connections at once and the run fails then; a live server slowed down by
+    # the run's own start on these two cores has its answer waited for (MLflow's default 120 s)
+    env = {**multinode.env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "120"}
     cmd = _job(tmp_path, shared, multinode.address, "runtime.placement=roles", "limit_tasks=5",
                "runtime.max_in_flight=8", "model.latency_s=0.1", "tracking=server",
                f"tracking.uri=http://127.0.0.1:{port}", "tracking.write_traces=during", traces=True)

@@ -35,6 +35,8 @@ from ehrbench.schemas import WorldSpec, build_database
 from ehrbench.trial import Message, ToolCall
 from ehrbench.world.generator import WorldSize
 
+from .conftest import mlflow_store
+
 ROOT = Path(__file__).resolve().parents[1]
 SCALE = 0.5
 SCENARIOS = ["diagnostic_workup", "med_safety", "treatment_response", "discharge_planning"]
@@ -278,7 +280,7 @@ def _world_args(small, tmp_path):
 
 
 def test_the_reference_scores_mrs_100_with_the_rule_grader_through_ray_and_mlflow(small, ray_cluster, tmp_path):
-    store = tmp_path / "mlruns"
+    store = mlflow_store(tmp_path / "mlruns")
     out = _main(["benchmark=physassist", "trials=2", "benchmark.record_shards=2", f"tracking.root={store}",
                  f"runtime.address={ray_cluster.address}", *_world_args(small, tmp_path)])
     assert out.returncode == 0, out.stderr[-3000:]
@@ -325,7 +327,7 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
         server.push(*agent, model="gpt-4o")
         server.push(Reply(text="Well, doctor, it has been hard, as I said."), model="gemini-2.0-flash")
         server.push(*verdicts, model="gemini-2.5-flash")
-        store = tmp_path / "mlruns"
+        store = mlflow_store(tmp_path / "mlruns")
         out = _main(["benchmark=physassist", "benchmark.scenarios=[" + session.scenario + "]", "trials=1",
                      "model=gpt-4o", f"model.base_url={server.url}/v1", "user=gemini-2.0-flash",
                      f"+user.model.base_url={server.url}", "grader=gemini-2.5-flash",
@@ -496,7 +498,7 @@ def test_refsol_passes_the_reference_and_fails_each_kind_of_mistake(small):
 
 
 def test_medagent_reference_scores_100_through_ray(small, ray_cluster, tmp_path):
-    store = tmp_path / "mlruns"
+    store = mlflow_store(tmp_path / "mlruns")
     out = _main(["benchmark=physassist_medagent", "trials=1", f"tracking.root={store}",
                  f"runtime.address={ray_cluster.address}", *_world_args(small, tmp_path)])
     assert out.returncode == 0, out.stderr[-3000:]
@@ -522,7 +524,7 @@ def test_medagent_text_protocol_with_the_real_openai_client_through_the_fake_ser
         server.push(Reply(text="```tool_code\n" + task.ref["steps"][0] + "\n```"),
                     Reply(text="GET http://localhost:8080/fhir/Observation?code=GLU"),
                     Reply(text=f"FINISH({json.dumps(task.ref['answer'])})"), model="gpt-4o")
-        store = tmp_path / "mlruns"
+        store = mlflow_store(tmp_path / "mlruns")
         out = _main(["benchmark=physassist_medagent", "trials=1", "model=gpt-4o", f"model.base_url={server.url}/v1",
                      f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                      *_world_args(small, tmp_path)[1:], f"benchmark.task_dir={one}"])

@@ -157,13 +157,15 @@ def test_a_call_to_an_actor_that_is_restarting_waits_for_it_instead_of_failing_t
     restart_s = 1.5 * sum(w for w in LOST_CALL_WAITS_S if w)        # longer than a lost call's retries
     actor = SlowToRestart.remote(restart_s)
     assert ray.get(actor.table_names.remote(), timeout=60) == ["admissions"]
-    for call in (lambda: ActorHost([actor]).table_names(),                 # a tool's call
-                 lambda: through_restarts(lambda: actor.table_names.remote())):    # a user's conversation opened
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.crash.remote(), timeout=60)
-        started = time.monotonic()                                         # it is restarting now
-        assert asyncio.run(call()) == ["admissions"]
-        assert time.monotonic() - started >= restart_s * 0.8               # it did wait for the restart
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.crash.remote(), timeout=60)
+    started = time.monotonic()                                             # it is restarting now
+
+    async def both():                                                      # each waits for the same restart
+        return await asyncio.gather(ActorHost([actor]).table_names(),                        # a tool's call
+                                    through_restarts(lambda: actor.table_names.remote()))    # a user's conversation
+    assert asyncio.run(both()) == [["admissions"], ["admissions"]]
+    assert time.monotonic() - started >= restart_s * 0.8                   # they did wait for the restart
     ray.kill(actor)
 
 
@@ -176,22 +178,25 @@ def test_placement_names_each_actors_node_and_reports_one_gone_for_good_as_lost(
     node = ray.get_runtime_context().get_node_id()
     assert where == {"data": {"data/0": node, "data/1": node}}             # the one node of the session cluster
     ray.kill(shards[1])                                                    # gone, no restart
+    with pytest.raises(ray.exceptions.ActorDiedError):                     # (Ray has heard of it: the kill is
+        ray.get(shards[1].node.remote(), timeout=60)                       # asynchronous)
     assert placement(Runtime(ActorNames(), {"mimic_iv_star": shards}, None))["data"] == {"data/0": node,
                                                                                            "data/1": "lost"}
     ray.kill(shards[0])
 
 
-def test_trials_through_workers_and_user_simulator_actors(ray_cluster, tmp_path):
+def test_trials_through_workers_and_user_simulator_actors(ray_cluster, shared_world):
     """Two trial workers and two user simulator actors; every trial scores, each actor served many users."""
     from ehrbench.benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS
     from ehrbench.config import RuntimeOptions
     from ehrbench.runtime.runner import build_indexes, run_trials, start_runtime, start_workers
     from ehrbench.schemas import WorldSpec, build_database
 
-    path = build_database("mimic_iv_star", WorldSpec(seed=0, dictionary="used"), tmp_path)   # a small index
+    # the main job's `data.dictionary=used` world (a small index), shared with the session's main-job tests
+    path = build_database("mimic_iv_star", WorldSpec(seed=0, dictionary="used"), shared_world / "gen")
     tasks = load_task_dir(TASK_DIR, ["mimic_iv_star"], ["incre", "adapt"])[::10]
     options = RuntimeOptions(max_in_flight=32, trial_workers=2, user_simulators=2, db_replicas=2)
-    runtime = start_runtime({"mimic_iv_star": str(path)}, str(tmp_path / "vi"), options)
+    runtime = start_runtime({"mimic_iv_star": str(path)}, str(shared_world / "vi"), options)
     build_indexes(runtime.databases, runtime.index, INDEXED_COLUMNS)
     start_workers(runtime, ehrchatqa_settings(user_latency_s=0.05), options)
     served = []
@@ -222,12 +227,14 @@ def test_the_recipe_cluster_has_a_token_of_its_own_and_refuses_clients_without_i
     wrong = tmp_path / "wrong_token"
     wrong.write_text("0" * 64)
     probe = f"import ray; ray.init(address='{ray_cluster.address}'); print('connected')"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180,
-                         env={**os.environ, "RAY_AUTH_TOKEN_PATH": str(wrong)})
-    assert out.returncode != 0 and "connected" not in out.stdout
-    assert "auth" in (out.stdout + out.stderr).lower()
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0 and "connected" in out.stdout
+    refused, right = [subprocess.Popen([sys.executable, "-c", probe], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, env=env)                 # both at once
+                      for env in ({**os.environ, "RAY_AUTH_TOKEN_PATH": str(wrong)}, None)]
+    out, err = refused.communicate(timeout=180)
+    assert refused.returncode != 0 and "connected" not in out
+    assert "auth" in (out + err).lower()
+    out, _ = right.communicate(timeout=180)
+    assert right.returncode == 0 and "connected" in out
 
 
 def test_chained_trials_run_one_at_a_time_in_order_and_retries_hold_the_chain(ray_cluster):

@@ -12,7 +12,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from .conftest import ROOT
+from .conftest import ROOT, mlflow_store
 from .fake_llm_server import FakeLLMServer, Reply
 
 TOY = Path(__file__).parent / "toy_benchmark"
@@ -38,7 +38,7 @@ def test_a_toy_benchmark_outside_src_runs_through_registry_ray_and_mlflow_with_a
     try:
         for verdict in ({"score": 1, "rationale": "5 is right"}, {"score": 0.5, "rationale": "terse"}):
             server.push(Reply(text=json.dumps(verdict)), model="gemini-2.5-flash")
-        store = tmp_path / "mlruns"
+        store = mlflow_store(tmp_path / "mlruns")
         out = subprocess.run(
             [sys.executable, "-m", "ehrbench", f"hydra.searchpath=[file://{TOY / 'conf'}]", "benchmark=toy",
              "trials=2", "runtime.max_in_flight=1", "grader=gemini-2.5-flash", f"+grader.model.base_url={server.url}",
@@ -99,7 +99,7 @@ def test_the_main_job_runs_on_your_own_database_file_and_refuses_a_wrong_one(ray
     own = shutil.copy(built, tmp_path / "my_mimic_iv_star.sqlite")          # a small index: only the codes in use
     base = [sys.executable, "-m", "ehrbench", "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]", "limit_tasks=1",
             "trials=1", f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'gen' / 'vi'}",
-            f"tracking.root={tmp_path / 'mlruns'}", f"runtime.address={ray_cluster.address}",
+            f"tracking.root={mlflow_store(tmp_path / 'mlruns')}", f"runtime.address={ray_cluster.address}",
             "tracking.log_traces=false", f"hydra.run.dir={tmp_path / 'out'}"]
     out = subprocess.run(base + [f"data.mimic_iv_star.path={own}"], cwd=ROOT, capture_output=True, text=True,
                          timeout=900)
