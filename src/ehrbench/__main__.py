@@ -132,11 +132,12 @@ def connect_ray(conf: RunConfig, bench) -> None:
     """Join the cluster at `address` (or start a local one); the databases are built on it, then the runtime."""
     import ray
 
-    env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    runtime_env: dict = {"env_vars": env}
+    # No runtime_env unless it is needed: a job with one cannot use the workers Ray prestarts, and each actor then
+    # waits for a fresh Python process (the embedder sets its own offline variables where the model loads).
+    runtime_env = None
     outside = _outside_package(bench)
     if outside:          # a benchmark that is not part of ehrbench travels to every node with the job
-        runtime_env["py_modules"] = [outside]
+        runtime_env = {"py_modules": [outside]}
     ray.init(address=conf.address, ignore_reinit_error=True, log_to_driver=False, runtime_env=runtime_env)
 
 

