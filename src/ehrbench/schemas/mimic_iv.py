@@ -20,14 +20,11 @@ import hashlib
 import random
 from datetime import datetime, timedelta
 
-from importlib import resources
-
-import yaml
 from sqlalchemy import Column, Double, Integer, MetaData, Table, Text
 
 from ..world.generator import WorldSize
 from ..world.model import NOW, Patient
-from ..world.vocab import icd_diagnoses, vocabulary
+from ..world.vocab import icd_diagnoses, load_data, vocabulary
 from . import ehrsql_mimic_iii, mimic_iv_notes, mimic_iv_star, treqs
 from .writer import Ids, Rows, fmt_time
 
@@ -40,7 +37,7 @@ patient_range = mimic_iv_star.patient_range
 @functools.lru_cache(maxsize=None)
 def spelling() -> dict:
     """MIMIC-IV's spellings of the world's race, insurance and care units (world/data/mimic_iv.yaml)."""
-    return yaml.safe_load(resources.files("ehrbench.world").joinpath("data", "mimic_iv.yaml").read_text())
+    return load_data("mimic_iv.yaml")
 
 
 def _expand(prefixes: list[str]) -> tuple[str, ...]:
@@ -60,7 +57,7 @@ def _expand(prefixes: list[str]) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=None)
 def charlson_table() -> dict:
     """world/data/charlson.yaml with its ranges expanded: {category: {9: prefixes, 10: prefixes}}, weights, pairs."""
-    data = yaml.safe_load(resources.files("ehrbench.world").joinpath("data", "charlson.yaml").read_text())
+    data = load_data("charlson.yaml")
     data["prefixes"] = {c: {9: _expand(v["icd9"]), 10: _expand(v["icd10"])} for c, v in data["categories"].items()}
     assert set(data["prefixes"]) == set(CHARLSON_CATEGORIES), "charlson.yaml: categories differ from the table's"
     return data

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import functools
 import re
-from importlib import resources
-
-import yaml
 
 from ..world.model import Admission, Patient
-from ..world.vocab import vocabulary
+from ..world.vocab import load_data, vocabulary
 from . import ehrsql_mimic_iii
 
 RADIOLOGY = {"chest x-ray": ("CHEST (PORTABLE AP)", "chest"), "head ct": ("CT HEAD W/O CONTRAST", "head")}
@@ -24,7 +21,7 @@ NADIR = {"hemoglobin"}                 # labs a course reports at their lowest; 
 
 @functools.lru_cache(maxsize=None)
 def phrases() -> dict:
-    return yaml.safe_load(resources.files("ehrbench.world").joinpath("data", "notes.yaml").read_text())
+    return load_data("notes.yaml")
 
 
 def _curated(a: Admission) -> list[str]:
