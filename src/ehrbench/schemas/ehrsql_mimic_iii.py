@@ -12,6 +12,7 @@ items (world/data/mimic_iii.yaml).
 """
 from __future__ import annotations
 
+import functools
 import random
 
 from sqlalchemy import INT, SMALLINT, TIMESTAMP, VARCHAR, Column, Double, ForeignKey, MetaData, Table
@@ -131,8 +132,10 @@ def cost_means(seed: int) -> dict[str, float]:
     return dict(zip(("diagnoses_icd", "labevents", "procedures_icd", "prescriptions"), map(float, means)))
 
 
+@functools.lru_cache(maxsize=None)
 def concept_price(seed: int, event_type: str, concept, mean: float) -> float:
-    """One fixed price per code, item or drug, N(mean, 1) rounded to cents, as EHRSQL prices them."""
+    """One fixed price per code, item or drug, N(mean, 1) rounded to cents, as EHRSQL prices them (remembered: a
+    rendering prices the same few thousand concepts hundreds of thousands of times)."""
     return round(random.Random(f"{seed}/ehrsql-cost/{event_type}/{concept}").gauss(mean, 1.0), 2)
 
 
