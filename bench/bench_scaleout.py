@@ -43,9 +43,8 @@ def main() -> None:
         cluster = MultiNodeCluster(scratch, cluster_env(scratch))
         try:
             cluster.start_head()
-            for i in range(n):
-                cluster.add_node(f"w{i}", {"ehrbench_trials": 1000, "ehrbench_data": 1000, "ehrbench_index": 1000,
-                                           "ehrbench_users": 1000}, args.cpus_per_node)
+            roles = {"ehrbench_trials": 1000, "ehrbench_data": 1000, "ehrbench_index": 1000, "ehrbench_users": 1000}
+            cluster.add_nodes({f"w{i}": roles for i in range(n)}, args.cpus_per_node)
             out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_throughput.py"), "--address",
                                   cluster.address, "--placement", "roles", "--benchmark", args.benchmark,
                                   "--latency", str(args.latency), "--concurrency", str(args.concurrency),

@@ -19,9 +19,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports: each socket is held until all are drawn (one drawn after another is closed may be
+    the same port again, and Ray refuses a node whose components share one)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, wait_s: float = 60) -> None:
@@ -62,20 +73,30 @@ class MultiNodeCluster:
 
     def add_node(self, name: str, resources: dict, cpus: int = 1) -> None:
         """A worker node with its own ports (several raylets on one machine must not share any)."""
-        self.offers[name] = resources
-        self.nodes[name] = self._start(name, ["jobs/start-ray-worker.sh", f"--address={self.address}",
-                                              f"--num-cpus={cpus}", "--resources=" + json.dumps(resources),
-                                              *self._own_ports(name)])
-        self._wait(lambda: any(n["port"] == self.manager_ports[name] for n in self._nodes()), f"node {name}")
+        self.add_nodes({name: resources}, cpus)
+
+    def add_nodes(self, nodes: dict[str, dict], cpus: int = 1) -> None:
+        """Worker nodes (name -> the role resources each offers), each started once the one before has registered
+        (`ray start` says so in its log; started all at once on two cores, a raylet misses Ray's 30 s registration
+        window), then waited for until the cluster counts every one alive."""
+        for name, resources in nodes.items():
+            self.offers[name] = resources
+            self.nodes[name] = self._start(name, ["jobs/start-ray-worker.sh", f"--address={self.address}",
+                                                  f"--num-cpus={cpus}", "--resources=" + json.dumps(resources),
+                                                  *self._own_ports(name)])
+            self._wait(lambda: "Ray runtime started" in (self.scratch / f"{name}.log").read_text(), f"node {name}",
+                       process=self.nodes[name])
+        wanted = {self.manager_ports[name] for name in nodes}
+        self._wait(lambda: wanted <= {n["port"] for n in self._nodes()}, f"nodes {', '.join(nodes)}")
 
     def _own_ports(self, name: str) -> list[str]:
         """Ports of a node's own: Ray's defaults (the dashboard agent's 52365, ...) would collide with any other node
         on this machine, another cluster's included."""
         self._window += 1
         low = 20000 + 500 * self._window          # above the default worker ports (10002-19999), below ephemeral ones
-        ports = {p: free_port() for p in ("node-manager-port", "object-manager-port", "metrics-export-port",
-                                          "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
-                                          "runtime-env-agent-port")}
+        names = ("node-manager-port", "object-manager-port", "metrics-export-port", "dashboard-agent-listen-port",
+                 "dashboard-agent-grpc-port", "runtime-env-agent-port")
+        ports = dict(zip(names, free_ports(len(names))))
         self.manager_ports[name] = ports["node-manager-port"]
         return [f"--min-worker-port={low}", f"--max-worker-port={low + 499}", *(f"--{k}={v}" for k, v in ports.items())]
 
@@ -119,14 +140,18 @@ class MultiNodeCluster:
         return subprocess.Popen(["bash", *cmd, "--block"], cwd=ROOT, env=self.env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
-    def _wait(self, ready, what: str, timeout_s: float = 180) -> None:
+    def _wait(self, ready, what: str, timeout_s: float = 180, process: subprocess.Popen | None = None) -> None:
+        """Until `ready()`; fails at once, with the logs, when `process` (the node's `ray start`) has ended."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if ready():
                 return
-            time.sleep(1.0)
+            if process is not None and process.poll() is not None:
+                break
+            time.sleep(0.5)
         logs = {p.name: p.read_text()[-1500:] for p in self.scratch.glob("*.log")}
-        raise RuntimeError(f"{what} did not start in {timeout_s} s: {logs}")
+        why = "its `ray start` ended" if process is not None and process.poll() is not None else f"in {timeout_s} s"
+        raise RuntimeError(f"{what} did not start ({why}): {logs}")
 
 
 def cluster_env(scratch: Path) -> dict:

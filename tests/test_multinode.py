@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,11 +36,11 @@ def multinode(tmp_path_factory):
     cluster = MultiNodeCluster(scratch, cluster_env(scratch))
     try:
         cluster.start_head()
-        for name, resources in ROLES.items():
-            cluster.add_node(name, resources)
+        cluster.add_nodes(ROLES)
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(scratch, ignore_errors=True)      # its logs and Ray's session folder
 
 
 @pytest.fixture(scope="module")
@@ -248,10 +249,10 @@ def test_the_driver_killed_then_the_mlflow_server_down_on_several_nodes_lose_not
     # no retries: the killed server refuses connections at once and the run fails then; a live server slowed down by
     # the run's own start on these two cores has its answer waited for (MLflow's default 120 s)
     env = {**multinode.env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "120"}
-    cmd = _job(tmp_path, shared, multinode.address, "runtime.placement=roles", "limit_tasks=5",
+    cmd = _job(tmp_path, shared, multinode.address, "runtime.placement=roles", "limit_tasks=4",
                "runtime.max_in_flight=8", "model.latency_s=0.1", "tracking=server",
                f"tracking.uri=http://127.0.0.1:{port}", "tracking.write_traces=during", traces=True)
-    total = 2 * 5 * 4
+    total = 2 * 4 * 4
     keys_on_disk = lambda: [(r["task_key"], r["trial"]) for r in _records(tmp_path)]  # noqa: E731
     server = _start_mlflow_server(tmp_path, port)
     try:
