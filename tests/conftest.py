@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .multinode import free_ports
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Test-only keys, set before the session's Ray cluster starts so its workers inherit them; the fake LLM server on
 # loopback accepts anything. Tests about missing keys remove them for their own process.
@@ -83,14 +85,6 @@ def mlflow_store(root: Path, name: str = "mlflow.db") -> Path:
     return root
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class RayCluster:
     address: str        # GCS address, for ray.init / runtime.address
@@ -107,7 +101,7 @@ def ray_cluster():
     """
     import ray
 
-    port, dash = _free_port(), _free_port()
+    port, dash = free_ports(2)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     log = (RAY_SCRATCH / "head.log").open("w")

@@ -9,6 +9,7 @@ import mlflow
 import pytest
 
 from .conftest import ROOT, mlflow_store
+from .multinode import free_port
 
 
 def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path, shared_world):
@@ -286,15 +287,12 @@ def test_a_multirun_sweep_to_an_mlflow_server_gives_one_tagged_run_per_combinati
     combination, tagged with the sweep, its metrics, traces and artifacts on the server (nothing in a local store);
     the report then compares the sweep's runs side by side."""
     import csv
-    import socket
     import time
     import urllib.request
 
     from ehrbench.report import main as report
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     mlflow_store(tmp_path, "server.db")
     server = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
                                "--port", str(port), "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
