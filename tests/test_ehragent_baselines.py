@@ -140,28 +140,38 @@ def test_agent_choice_builds_the_baseline_on_the_benchmark_s_tools(db_path, kind
     assert roles == ["agent"]
 
 
-def test_memory_keeps_successful_questions_or_with_memory_from_completed_every_terminated_one(db_path):
-    """Sequential memory's item: {question, knowledge note, last cell}, for a question the judge passed; with
-    memory_from=completed, for any that said TERMINATE; never without the sequential mode (knowledge None)."""
+def test_memory_admits_as_main_py_judged_or_as_the_named_improvement(db_path):
+    """Sequential memory's item: {question, knowledge note, last cell}. The original (`judged`) admits what main.py's
+    judge passes on the log's window, TERMINATE or not; `successful` only completed, passed questions; `completed`
+    any that said TERMINATE; never without the sequential mode (knowledge None)."""
+    from types import SimpleNamespace
+
     from ehrbench.trial import TrialRecord
 
+    agent = SimpleNamespace(opening="the prompt", unexecuted=None)
     task = Task("q1", DB, "how many?", "SELECT 1", ["41"], 1)
     cell = {"cell": "answer = 40"}
-    record = TrialRecord(task.key, 2, "answered", None, messages=[
+    messages = [
         {"role": "user", "content": task.question},
         {"role": "assistant", "content": None, "tool_call": {"name": "python", "arguments": {"cell": "x = 1"}}},
         {"role": "tool", "content": "1"},
         {"role": "assistant", "content": None, "tool_call": {"name": "python", "arguments": cell}},
         {"role": "tool", "content": "40"},
-        {"role": "assistant", "content": "The answer is 40.\nTERMINATE"}])
+        {"role": "assistant", "content": "The answer is 40.\nTERMINATE"}]
+    record = TrialRecord(task.key, 2, "answered", None, messages=messages)
     tools = interface(db_path)
-    assert score(task, record, tools, "note").memory == []                        # wrong answer: not remembered
-    [item] = score(task, record, tools, "note", "completed").memory
+    assert score(task, record, tools, agent, "note").memory == []                 # wrong answer: not remembered
+    [item] = score(task, record, tools, agent, "note", "completed").memory
     assert item == {"stream": f"{DB}#2", "key": task.key,
                     "item": {"question": "how many?", "knowledge": "note", "code": "answer = 40"}}
     solved = Task("q1", DB, "how many?", "SELECT 1", ["40"], 1)
-    assert score(solved, record, tools, "note").memory[0]["item"]["code"] == "answer = 40"
-    assert score(solved, record, tools, None).memory == []
+    assert score(solved, record, tools, agent, "note").memory[0]["item"]["code"] == "answer = 40"
+    assert score(solved, record, tools, agent, None).memory == []
+    unfinished = TrialRecord(task.key, 2, "answered", None, messages=messages[:-1] + [
+        {"role": "assistant", "content": "It is 40, I think."}])
+    result = score(solved, unfinished, tools, agent, "note")                      # no TERMINATE: not completed,
+    assert (result.parts["completed"], result.reward) == (0.0, 0.0) and len(result.memory) == 1   # yet judged in
+    assert score(solved, unfinished, tools, agent, "note", "successful").memory == []
 
 
 def test_a_bad_memory_file_is_refused_at_start_naming_file_line_and_field(tmp_path):

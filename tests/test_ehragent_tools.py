@@ -20,27 +20,25 @@ FIXTURES = Path(__file__).parent / "fixtures"
 CASES = json.loads((FIXTURES / "ehragent_run_code_cases.json").read_text())
 
 
-class ToyDB:
-    """The toy tables as the original's LoadDB read them (pandas' read_csv types), behind the hosted-database API."""
+def toy_database(folder: Path):
+    """The toy tables in a real guarded database (the types pandas' read_csv gave them, NULLs as NULL), reached as
+    a hosted database is: the original read the same CSV files, and ran its SQL on the same rows."""
+    from ehrbench.db.database import Database
+    from ehrbench.runtime.hosts import LocalHost
 
-    def __init__(self):
-        self.con = sqlite3.connect(":memory:")
-        for f in (FIXTURES / "ehragent_toy_mimic").glob("*.csv"):
-            pd.read_csv(f).to_sql(f.stem, self.con, index=False)
-
-    async def execute(self, sql, timeout_s=60, count_cap=0, keep=100, sort_key=None):
-        class Result:
-            rows = self.con.execute(sql).fetchall()
-        return Result()
-
-    async def column_names(self, table):
-        return [c[1] for c in self.con.execute(f'PRAGMA table_info("{table}")')]
+    path = folder / "toy_mimic.sqlite"
+    if not path.exists():
+        con = sqlite3.connect(path)
+        for f in sorted((FIXTURES / "ehragent_toy_mimic").glob("*.csv")):
+            pd.read_csv(f).to_sql(f.stem, con, index=False)
+        con.close()
+    return LocalHost(Database(path, "ehrsql_mimic_iii"))
 
 
 @pytest.fixture(scope="module")
-def observations():
-    tools = CodeInterface("ehrsql_mimic_iii", ToyDB(), {t.lower(): t for t in ("ADMISSIONS", "COST", "D_ICD_DIAGNOSES",
-                                                                               "ICUSTAYS")},
+def observations(tmp_path_factory):
+    tools = CodeInterface("ehrsql_mimic_iii", toy_database(tmp_path_factory.mktemp("toy")),
+                          {t.lower(): t for t in ("ADMISSIONS", "COST", "D_ICD_DIAGNOSES", "ICUSTAYS")},
                           "q", "2105-12-31 23:59:00", None, CellLimits(cpu_s=5, wall_s=20))
 
     async def run_all():
@@ -107,9 +105,9 @@ def test_loaddb_reads_a_rendered_table_by_the_name_the_prompts_use(tmp_path):
     assert observed == f"[{rows}, ['ROW_ID', 'SUBJECT_ID', 'HADM_ID']]"
 
 
-def test_the_proxy_s_empty_reply_stays_where_it_happened_and_counts():
-    """A reply with neither code nor TERMINATE gets the proxy's empty message and the model is asked again; the
-    exchange stays before what the trial adds next, and counts toward the 10 replies."""
+def test_the_proxy_s_empty_reply_is_a_recorded_exchange_that_counts():
+    """A reply with neither code nor TERMINATE gets the proxy's empty message (`autogen_reply`, in the record like
+    any exchange); the model sees its text and the empty user message, and the exchange counts toward the 10."""
     from ehrbench.benchmarks.ehragent.agent import EhrAgent
     from ehrbench.llm.base import ChatResponse
     from ehrbench.trial import Message, ToolCall
@@ -128,12 +126,15 @@ def test_the_proxy_s_empty_reply_stays_where_it_happened_and_counts():
     loop = asyncio.new_event_loop()
     try:
         first = loop.run_until_complete(agent.act([Message("user", "q?")]))
-        assert first.tool_call and first.tool_call.name == "python"
-        history = [Message("user", "q?"), first, Message("tool", "1", tool_call_id=first.tool_call.id)]
+        assert (first.content, first.tool_call.name) == ("thinking", "autogen_reply")
+        history = [Message("user", "q?"), first, Message("tool", "", tool_call_id=first.tool_call.id)]
+        second = loop.run_until_complete(agent.act(history))
+        assert second.tool_call.name == "python" and second.tool_call.id == "call_2"
+        history += [second, Message("tool", "1", tool_call_id=second.tool_call.id)]
         last = loop.run_until_complete(agent.act(history))
     finally:
         loop.close()
-    assert last.content.endswith("TERMINATE")
+    assert last.content.endswith("TERMINATE") and last.tool_call is None
     roles = [role for role, _ in model.seen[-1]]
     assert roles == ["user", "assistant", "user", "assistant", "tool"]      # the auto-reply before the code
     assert model.seen[-1][1:3] == [("assistant", "thinking"), ("user", "")]

@@ -276,8 +276,11 @@ def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: i
                 headline: dict[str, float]) -> str:
     scores = ", ".join(f"{name} {value:.1f}" for name, value in headline.items())
     user = settings.user if settings.user != "llm" else f"LLM user ({cfg.user.name})"
+    contract = bench.contract()
+    kept = "" if contract is None else f" Contract: {contract[0]}" + (
+        f", departing in {', '.join(contract[1])}." if contract[1] else ", the paper's headline setting.")
     return (f"{bench.name}: agent {settings.agent} with model {cfg.model.name}, user {user}; "
-            f"{n_tasks} tasks x {k} trials. Results: {scores or 'none yet'}.")
+            f"{n_tasks} tasks x {k} trials. Results: {scores or 'none yet'}.{kept}")
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
@@ -328,6 +331,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         where = placement(runtime)                # which node each actor landed on, by role
         tracker.log_text(json.dumps(where, indent=2), "placement.json")
         tracker.set_tags({"ehrbench.nodes": str(node_count(where))})
+        if (contract := bench.contract()) is not None:
+            tracker.set_tags({"ehrbench.contract": contract[0], "ehrbench.departures": "; ".join(contract[1])})
         stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
                            max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,
                            skip=done, chains=bench.schedule(tasks, conf.run.trials))

@@ -255,3 +255,8 @@ class Benchmark:
 
     def prompts(self) -> dict[str, str]:
         return {}
+
+    def contract(self) -> tuple[str, list[str]] | None:
+        """The fidelity contract the run keeps (`benchmark.contract`, recorded as the tag `ehrbench.contract` and in
+        the run's description) and each setting that departs from it; None for a benchmark without one yet."""
+        return None

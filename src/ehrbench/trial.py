@@ -27,9 +27,13 @@ from .db.limits import cap_observation
 class InfrastructureError(Exception):
     """Raised by model clients, user simulators or tool hosts when the failure is not the agent's doing."""
 
-    def __init__(self, message: str, source: str = "model"):
+    def __init__(self, message: str, source: str = "model", agent_caused: bool = False):
         super().__init__(message)
         self.source = source  # "model" | "user" | "tool"
+        # The provider refused what the request held (a context overflow, a malformed conversation: HTTP 400):
+        # in the agent's own turn that is the agent's doing, scored as its benchmark scores a failed turn; anywhere
+        # else (a user, a judge) it is re-run like any infrastructure failure.
+        self.agent_caused = agent_caused
 
 
 class Termination(str, Enum):
@@ -56,6 +60,7 @@ class ToolCall:
     arguments: dict
     id: str = ""
     error: str | None = None    # set when the model's call could not be parsed: answered with an error observation
+    raw: str | None = None      # the arguments as the model wrote them, kept when they could not be parsed
 
 
 @dataclass
@@ -236,6 +241,8 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
             try:
                 action = timed(await agent.act(history), asked)
             except InfrastructureError as e:
+                if e.agent_caused:                     # its own conversation was refused: scored, never re-run
+                    return await finish(Termination.AGENT_ERROR, str(e))
                 return await finish(Termination.INFRA_MODEL if e.source == "model" else Termination.INFRA_TOOL, str(e))
             except Exception as e:  # noqa: BLE001 - an agent bug ends its own trial, scored 0
                 return await finish(Termination.AGENT_ERROR, f"{type(e).__name__}: {e}")

@@ -153,9 +153,19 @@ class Database:
             return sorted(str(r[0]) for r in conn.execute(sa.select(col).distinct().where(col.is_not(None))))
 
     # --- agent SQL ---------------------------------------------------------------------------------------------
+    def read_large(self, sql: str, timeout_s: float, max_rows: int, max_bytes: int) -> QueryResult:
+        """A result that may be far larger than the usual limit (EHRAgent's LoadDB reads whole tables, as its
+        original read whole CSV files): up to `max_rows` rows and `max_bytes` of values, past either an error that
+        says so. Never cached: a few such results would crowd out everything else."""
+        from dataclasses import replace
+
+        return self._execute(sql, timeout_s, max_rows + 1, max_rows + 1,
+                             limits=replace(self.limits, max_result_bytes=max_bytes))
+
     def _execute(self, sql: str, timeout_s: float = 60.0, count_cap: int = 1_000_000, keep: int = 100,
-                 sort_key=None) -> QueryResult:
+                 sort_key=None, limits: QueryLimits | None = None) -> QueryResult:
         """Run one read-only statement; keep the first `keep` rows (the smallest under `sort_key`), count the rest."""
+        limits = limits or self.limits
         refused: list[str] = []
 
         def authorizer(action, arg1, arg2, dbname, source):
@@ -187,7 +197,7 @@ class Database:
                 cur = conn.execute(sql)
                 if cur.description is None:      # an empty statement: SQLAlchemy's words in the original
                     raise QueryError("This result object does not return rows. It has been closed automatically.")
-                result = fetch_bounded(cur, keep, count_cap, self.limits, sort_key)
+                result = fetch_bounded(cur, keep, count_cap, limits, sort_key)
                 cur.close()
                 return result
             except sqlite3.Error as e:

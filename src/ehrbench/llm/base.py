@@ -58,6 +58,15 @@ class ModelTurnError(Exception):
         self.usage = usage
 
 
+REFUSED = (400, 413, 422)      # HTTP statuses that refuse what a request holds (not auth, not a missing model)
+
+
+class RequestRefused(Exception):
+    """The provider refused the request for what it holds (HTTP 400 / 413 / 422: a conversation over the context
+    window, a malformed message). Not retried (the same request gets the same refusal); `complete` raises it as an
+    `InfrastructureError` marked `agent_caused`, which an agent's turn turns into a scored failure."""
+
+
 class ConfigurationError(Exception):
     """A model that cannot be used as configured (a missing API key, an unknown provider); stops the run at start."""
 
@@ -70,6 +79,7 @@ class ChatRequest:
     temperature: float | None = None
     seed: int | None = None
     max_tokens: int | None = None
+    top_p: float | None = None            # nucleus sampling, where a benchmark's original sets it
     response_schema: "OutputSchema | None" = None   # structured output: the reply is JSON of this schema
 
 
@@ -194,6 +204,11 @@ class ChatModel:
             except ModelTurnError as e:
                 e.usage = (e.usage or Usage()) + spent
                 raise
+            except RequestRefused as e:
+                error = InfrastructureError(f"{self.provider}:{self.model}: the request was refused: {e}"[:1000],
+                                            source="model", agent_caused=True)
+                error.usage = spent
+                raise error from None
             except RetryableError as e:
                 last = e
                 spent = spent + e.usage if e.usage else spent

@@ -20,6 +20,8 @@ def request_key(provider: str, model: str, request: ChatRequest) -> str:
                "temperature": request.temperature, "seed": request.seed, "max_tokens": request.max_tokens,
                "response_schema": asdict(request.response_schema) if request.response_schema else None,
                "messages": [asdict(m) for m in request.messages]}
+    if request.top_p is not None:          # only then: keys of calls without it stay as they were
+        payload["top_p"] = request.top_p
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -11,7 +11,8 @@ from google import genai
 from google.genai import errors, types
 
 from ..trial import Message, ToolCall
-from .base import (ChatModel, ChatRequest, ChatResponse, ConfigurationError, ModelTurnError, RetryableError, Usage,
+from .base import (REFUSED, ChatModel, ChatRequest, ChatResponse, ConfigurationError, ModelTurnError, RequestRefused,
+                   RetryableError, Usage,
                    retry_after_from_headers)
 
 try:  # google-genai moved its transport from httpx to httpx2; timeouts and dropped connections come from either
@@ -84,7 +85,8 @@ class GeminiModel(ChatModel):
 
     async def _send(self, request: ChatRequest) -> ChatResponse:
         config = types.GenerateContentConfig(
-            system_instruction=request.system, temperature=request.temperature, seed=request.seed,
+            system_instruction=request.system, temperature=request.temperature, top_p=request.top_p,
+            seed=request.seed,
             max_output_tokens=request.max_tokens,
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
         if request.tools:
@@ -103,6 +105,8 @@ class GeminiModel(ChatModel):
             if e.code == 429 or (e.code or 0) >= 500:
                 raise RetryableError(f"HTTP {e.code}: {e.message}", gemini_retry_after(e),
                                      rate_limited=e.code == 429) from None
+            if e.code in REFUSED:
+                raise RequestRefused(f"HTTP {e.code}: {e.message}") from None
             raise
         except TRANSIENT as e:
             raise RetryableError(f"{type(e).__name__}: {e}") from None

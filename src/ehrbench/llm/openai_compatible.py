@@ -11,7 +11,8 @@ import os
 import openai
 
 from ..trial import Message, ToolCall
-from .base import (ChatModel, ChatRequest, ChatResponse, ConfigurationError, ModelTurnError, RetryableError, Usage,
+from .base import (REFUSED, ChatModel, ChatRequest, ChatResponse, ConfigurationError, ModelTurnError, RequestRefused,
+                   RetryableError, Usage,
                    retry_after_from_headers)
 
 
@@ -62,7 +63,8 @@ class OpenAICompatibleModel(ChatModel):
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": schema.name, "schema": schema.json_schema(), "strict": True}}
         temperature = request.temperature if self.supports_temperature else None
-        for key, value in (("temperature", temperature), ("seed", request.seed),
+        top_p = request.top_p if self.supports_temperature else None
+        for key, value in (("temperature", temperature), ("top_p", top_p), ("seed", request.seed),
                            ("max_completion_tokens", request.max_tokens)):
             if value is not None:
                 kwargs[key] = value
@@ -77,6 +79,8 @@ class OpenAICompatibleModel(ChatModel):
             if e.status_code >= 500:
                 raise RetryableError(f"HTTP {e.status_code}: {e}", retry_after_from_headers(e.response.headers)) \
                     from None
+            if e.status_code in REFUSED:
+                raise RequestRefused(f"HTTP {e.status_code}: {e}") from None
             raise
         usage = Usage(reported=False)
         if completion.usage:
@@ -99,6 +103,7 @@ class OpenAICompatibleModel(ChatModel):
         if message.tool_calls:
             call = message.tool_calls[0]
             args, problem = parse_arguments(call.function.arguments)
-            response.tool_calls = [ToolCall(call.function.name, args, call.id)]
+            response.tool_calls = [ToolCall(call.function.name, args, call.id,
+                                            raw=call.function.arguments if problem else None)]
             response.malformed = problem
         return response

@@ -117,6 +117,9 @@ class DatabaseShard(Placed):
     def execute(self, sql, timeout_s=60.0, count_cap=1_000_000, keep=100, sort_key=None):
         return self.db.execute(sql, timeout_s, count_cap, keep, sort_key)
 
+    def read_large(self, sql, timeout_s, max_rows, max_bytes):
+        return self.db.read_large(sql, timeout_s, max_rows, max_bytes)
+
 
 @ray.remote(max_restarts=3, max_task_retries=0)
 class ServiceShard(Placed):

@@ -15,6 +15,7 @@ import time
 
 import ray
 
+from ..db.limits import QueryError
 from ..trial import InfrastructureError
 
 STATIC_METHODS = frozenset({"table_names", "column_names", "table_info"})
@@ -81,6 +82,10 @@ class ActorHost:
                 try:
                     result = await through_restarts(send)
                     break
+                except ray.exceptions.RayTaskError as e:
+                    if isinstance(e.cause, QueryError):   # the database's own words, not Ray's traceback around them
+                        raise e.cause from None
+                    raise
                 except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
                         ray.exceptions.ObjectLostError) as e:
                     if wait_s is None or isinstance(e, ray.exceptions.ActorUnavailableError):   # patience spent
@@ -108,8 +113,9 @@ class ServiceHost:
         async def call(*args):
             try:
                 return await self._host.call(name, *args)
-            except ray.exceptions.RayTaskError as e:   # the service raised: a harness fault, never the model's
-                raise InfrastructureError(f"service {name}() failed: {type(e.cause).__name__}: {e.cause}"[:500],
+            except (ray.exceptions.RayTaskError, QueryError) as e:   # a harness fault, never the model's
+                cause = getattr(e, "cause", e)
+                raise InfrastructureError(f"service {name}() failed: {type(cause).__name__}: {cause}"[:500],
                                           source="tool") from None
         return call
 

@@ -1,28 +1,58 @@
-"""EHRAgent (wshi83/EhrAgent): a medical-knowledge note, long-term memory of solved questions (`Memory`, or `SharedMemory` in sequential mode), planning through a
-code interface, execution feedback with rubber-duck debugging (the feedback is `tools.py`'s), at most 10 executions.
+"""EHRAgent (wshi83/EhrAgent): a medical-knowledge note, long-term memory of solved questions (`Memory`, or
+`SharedMemory` in sequential mode), planning through a code interface, execution feedback with rubber-duck debugging
+(the feedback is `tools.py`'s), at most 10 executions.
 
-The original runs on AutoGen: a chatbot (system message `CHATBOT_SYSTEM`, one function `python(cell)`,
-temperature 0) talks with a user proxy that executes its code. Here the chatbot is this agent and the proxy is the
-trial loop with `tools.py`: the first model message is the original's init message (the knowledge note from one
-extra model call, the memory's four examples closest to the question by Levenshtein distance, the question); a
-function call is executed and its result fed back; a reply ending in TERMINATE ends the trial; a reply with neither
-gets the proxy's empty auto-reply and the model is asked again; after 10 executions the next reply is the last
-(a code cell there is not run, and the question counts as not completed).
+The original runs on AutoGen 0.2.0: a chatbot (system message `CHATBOT_SYSTEM`, one function `python(cell)`,
+temperature 0) talks with a user proxy (`MedAgent`) that answers each of its replies. Here the chatbot is this agent
+and the proxy's answers are the trial's tool calls, so every exchange is in the record. The proxy answers a reply
+in AutoGen's order:
+1. after 10 answers it stops (the 11th reply is the last, a function call in it never run);
+2. a reply whose text ends in TERMINATE ends the question, even beside a function call (which is then not run);
+3. a function call runs (`python`: the cell, with the original's feedback and debugging);
+4. fenced code blocks in a plain-text reply run as AutoGen's own executor ran them (`autogen_code`);
+5. anything else gets the empty auto-reply (`autogen_reply`); a reply with no content at all ends the chat.
+A function call whose arguments are not JSON goes the original's way: AutoGen's repair of raw newlines, then the
+cell cut out of the raw text and run anyway.
 
-`ReferenceAgent` is the oracle: one cell that runs the gold SQL through SQLInterpreter, then TERMINATE.
+`ReferenceAgent` is the plumbing oracle: one cell that runs the gold SQL through SQLInterpreter, then TERMINATE.
 """
 from __future__ import annotations
 
+import json
+
 import Levenshtein
 
-from ...agents.tool_calling import tool_call_message
 from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
-from ...trial import Message, ToolCall
+from ...trial import InfrastructureError, Message, ToolCall
 from .prompts import (CHATBOT_SYSTEM, KNOWLEDGE_FALLBACK, KNOWLEDGE_SYSTEM, PYTHON_FUNCTION, initial_memory, prompts)
+from .tools import code_blocks
 
 MAX_EXECUTIONS = 10          # the user proxy's max_consecutive_auto_reply
 NUM_SHOTS = 4
+
+
+def repaired_json(raw: str) -> str:
+    """AutoGen's `_format_json_str`: newlines outside strings dropped, raw newlines and tabs inside them escaped."""
+    out, inside, last = [], False, " "
+    for char in raw:
+        if last != "\\" and char == '"':
+            inside = not inside
+        last = char
+        if char == "\n" and not inside:
+            continue
+        out.append("\\n" if inside and char == "\n" else "\\t" if inside and char == "\t" else char)
+    return "".join(out)
+
+
+def recovered_call(call: ToolCall) -> ToolCall:
+    """A call whose arguments were not a JSON object, as the original's proxy ran it: parsed after AutoGen's repair,
+    else the cell cut out of the raw text (`raw.split(': "')[-1].split('", ')[0]`), run anyway."""
+    try:
+        arguments = json.loads(repaired_json(call.raw or ""))
+    except json.JSONDecodeError:
+        arguments = {"cell": (call.raw or "").split(': "')[-1].split('", ')[0]}
+    return ToolCall(call.name, arguments if isinstance(arguments, dict) else {}, call.id, raw=call.raw)
 
 
 class Memory:
@@ -58,47 +88,80 @@ class SharedMemory(Memory):
 
 class EhrAgent:
     def __init__(self, model: MeteredModel, knowledge_model: MeteredModel | None, db_id: str, memory: Memory,
-                 seed: int | None = None):
+                 seed: int | None = None, num_shots: int = NUM_SHOTS, max_executions: int = MAX_EXECUTIONS,
+                 proxy=None):
         self.model, self.knowledge_model, self.db_id, self.memory, self.seed = model, knowledge_model, db_id, memory, seed
+        self.num_shots, self.max_executions, self.proxy = num_shots, max_executions, proxy
         self.knowledge = ""
-        self._opening: str | None = None
-        self._auto_replies: dict[int, list[Message]] = {}    # position in the trial's history -> proxy exchanges
+        self.opening: str | None = None          # the proxy's first message (note, examples, question)
+        self.unexecuted: ToolCall | None = None  # a function call in the last reply, which the proxy never ran
 
     async def _knowledge(self, question: str) -> str:
-        """The medical-knowledge note: one model call on the database's RetrKnowledge prompt (temperature 0, at most
-        800 tokens); without a knowledge model (the ablation) the note is empty."""
+        """The medical-knowledge note: one model call on the database's RetrKnowledge prompt (temperature 0, top_p
+        0.95, at most 800 tokens); without a knowledge model (the ablation) the note is empty. A request the provider
+        refuses gives the original's fallback text, as its own call did."""
         if self.knowledge_model is None:
             return ""
-        response = await self.knowledge_model.complete(ChatRequest(
-            [Message("user", prompts(self.db_id)["RetrKnowledge"].format(question=question))],
-            system=KNOWLEDGE_SYSTEM, temperature=0.0, max_tokens=800, seed=self.seed))
+        try:
+            response = await self.knowledge_model.complete(ChatRequest(
+                [Message("user", prompts(self.db_id)["RetrKnowledge"].format(question=question))],
+                system=KNOWLEDGE_SYSTEM, temperature=0.0, top_p=0.95, max_tokens=800, seed=self.seed))
+        except InfrastructureError as e:
+            if e.agent_caused:
+                return KNOWLEDGE_FALLBACK
+            raise
         return (response.text or "").strip() or KNOWLEDGE_FALLBACK
+
+    def conversation(self, history: list[Message]) -> list[Message]:
+        """The chat as the model sees it: the proxy's first message, then each reply and the proxy's answer (a
+        function's result as a tool message, the code-block output and the empty auto-reply as user messages)."""
+        out = [Message("user", self.opening)]
+        pseudo: set[str] = set()
+        for message in history[1:]:
+            call = message.tool_call
+            if call is not None and call.name in ("autogen_code", "autogen_reply"):
+                pseudo.add(call.id)
+                out.append(Message("assistant", message.content))
+            elif message.role == "tool" and message.tool_call_id in pseudo:
+                out.append(Message("user", message.content))
+            else:
+                out.append(message)
+        return out
 
     async def act(self, history: list[Message]) -> Message:
         question = history[0].content or ""
-        if self._opening is None:
+        if self.opening is None:
             self.knowledge = await self._knowledge(question)
             await self.memory.refresh()
-            self._opening = prompts(self.db_id)["EHRAgent_Message_Prompt"].format(
-                examples=self.memory.examples(question), knowledge=self.knowledge, question=question)
-        while True:
-            conversation = [Message("user", self._opening)]
-            for i, message in enumerate(history[1:], start=1):
-                conversation += [*self._auto_replies.get(i, []), message]
-            conversation += self._auto_replies.get(len(history), [])
-            response = await self.model.complete(ChatRequest(conversation, system=CHATBOT_SYSTEM,
-                                                             tools=[PYTHON_FUNCTION], temperature=0.0, seed=self.seed))
-            replies = sum(1 for m in history if m.role == "tool") + sum(len(v) // 2 for v in self._auto_replies.values())
-            last_chance = replies >= MAX_EXECUTIONS
-            if response.tool_calls and not last_chance:
-                return tool_call_message(response, f"call_{replies + 1}")
-            text = response.text or ""
-            if text.rstrip().endswith("TERMINATE") or last_chance or response.tool_calls:
-                return Message("assistant", text, finish_reason=response.finish_reason,
-                               provider_parts=response.provider_parts)
-            # neither code nor TERMINATE: the proxy's empty auto-reply, and the model is asked again; the pair stays
-            # where it happened in the conversation (before whatever the trial adds next) and counts as a reply
-            self._auto_replies.setdefault(len(history), []).extend([Message("assistant", text), Message("user", "")])
+            self.opening = prompts(self.db_id)["EHRAgent_Message_Prompt"].format(
+                examples=self.memory.examples(question, self.num_shots), knowledge=self.knowledge, question=question)
+        if self.proxy is not None and self.proxy.crash:     # the original's proxy raised: the chat is over
+            return Message("assistant", None)
+        response = await self.model.complete(ChatRequest(self.conversation(history), system=CHATBOT_SYSTEM,
+                                                         tools=[PYTHON_FUNCTION], temperature=0.0, seed=self.seed))
+        text, answered = response.text, sum(1 for m in history if m.role == "tool")
+        call = response.tool_calls[0] if response.tool_calls else None
+        if call is not None and (response.malformed or call.error):
+            call = recovered_call(call) if call.raw is not None else \
+                ToolCall(call.name, call.arguments, call.id, response.malformed or call.error)
+
+        def reply(tool_call: ToolCall | None = None) -> Message:
+            if tool_call is not None and not tool_call.id:
+                tool_call.id = f"call_{answered + 1}"
+            return Message("assistant", text, tool_call=tool_call, finish_reason=response.finish_reason,
+                           provider_parts=response.provider_parts)
+        if answered >= self.max_executions:               # 1. the proxy's limit: this reply is the last
+            self.unexecuted = call
+            return reply()
+        if text is not None and text.rstrip().endswith("TERMINATE"):      # 2. before anything else
+            return reply()
+        if call is not None:                              # 3. a function call
+            return reply(call)
+        if text is None:                                  # nothing to answer: AutoGen's chat ends
+            return reply()
+        if code_blocks(text):                             # 4. fenced code in the text
+            return reply(ToolCall("autogen_code", {"text": text}))
+        return reply(ToolCall("autogen_reply", {}))      # 5. the empty auto-reply
 
 
 class ReferenceAgent:

@@ -1,15 +1,20 @@
 """EHRAgent behind the benchmark seam: single questions over EHRSQL MIMIC-III, EHRSQL eICU and TREQS, answered by
 code run in the sandbox, scored by the original's judge (the reward, SR) beside a strict one, with completion (CR).
 
-A question is completed when the agent says TERMINATE; it succeeds when it is completed and the original's judge
-passes on the prediction window (the last execution's output and the final reply, up to TERMINATE), as EHRAgent's
-main.py and evaluate.py score it. The strict judge compares the last successful cell's `answer` with the gold values.
+The contract (`benchmark.contract`, ../FIDELITY.md): `original` (the default) scores as the authors' code did: the
+log main.py wrote for the question, completed when "TERMINATE" appears anywhere in it, successful when evaluate.py's
+judge passes on its prediction window (`judge.py`); a sequential memory admits what main.py's own judge passes,
+TERMINATE or not. `ehrbench` turns on the one improvement, `memory_from=successful` (only completed, passed
+questions enter the memory). The baselines, which the public code does not have, are scored on the last
+observation and the final reply. The strict judge compares the last successful cell's `answer` with the gold values.
 
-Memory modes: `frozen` gives every question the four initial examples (trials independent, fully parallel);
-`sequential` is the original's main.py: each database's questions in one seeded order (`random.Random(seed)`'s
+Memory modes: `sequential` (the paper's headline EHRAgent) is the original's main.py: each database's questions in one seeded order (`random.Random(seed)`'s
 shuffle, the same permutation as the original's `random.seed(42); random.shuffle(contents)`), one at a time, each
 solved question ({question, knowledge note, last code cell}) added to the memory the next questions draw their
-examples from; one memory per database and trial index, hosted by the run's MemoryActor; `none`: no examples.
+examples from; one memory per database and trial index, hosted by the run's MemoryActor; `frozen` (the paper's
+"w/o long-term memory"): the four initial examples for every question, trials independent and parallel; `none`: no
+examples. `num_shots` is the paper's K (Figure 4); `interactive=false` its "w/o interactive coding" (one execution,
+no feedback turn: the next reply is the last).
 """
 from __future__ import annotations
 
@@ -26,14 +31,19 @@ from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from .agent import EhrAgent, Memory, ReferenceAgent, SharedMemory
 from .baselines import BaselineAgent, BaselineTools
-from .judge import compatibility, gold_text, strict
+from .judge import compatibility, evaluate_judge, evaluate_log, gold_text, original_log, prediction, strict
 from .prompts import CHATBOT_SYSTEM, DEBUGGER_SYSTEM, KNOWLEDGE_SYSTEM, initial_memory, prompts
 from .tasks import DB_IDS, EHRSQL_NOW, Task, load_tasks, resolve_on
 from .tools import CodeInterface
 
 FILES = {"ehrsql_mimic_iii": "mimic_iii.json", "ehrsql_eicu": "eicu.json", "treqs": "treqs.jsonl"}
 NAMES = {"ehrsql_mimic_iii": "MIMIC-III", "ehrsql_eicu": "eICU", "treqs": "TREQS"}
-MEMORY_MODES = ("frozen", "sequential", "none")
+MEMORY_MODES = ("sequential", "frozen", "none")
+CONTRACTS = {"original": {"memory_from": "judged"}, "ehrbench": {"memory_from": "successful"}}
+HEADLINE = {"memory": "sequential", "num_shots": 4, "knowledge": True, "debugging": True, "interactive": True}
+ABLATIONS = {("memory", "frozen"): "w/o long-term memory", ("memory", "none"): "no examples",
+             ("knowledge", False): "w/o medical knowledge", ("debugging", False): "w/o debugging",
+             ("interactive", False): "w/o interactive coding"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,9 +56,9 @@ def table_names(db_id: str) -> dict[str, str]:
     return {(n if db_id == "treqs" else n.lower()): n for n in names}
 
 
-def prediction_window(record: TrialRecord) -> tuple[bool, str]:
-    """(completed, window): the original's prediction is the text from the end of the last function call to the
-    last TERMINATE, i.e. the last execution's output and the agent's final reply."""
+def baseline_window(record: TrialRecord) -> tuple[bool, str]:
+    """(completed, window) for the baselines, which the public code does not have: completed when the final reply
+    says TERMINATE; judged on the last execution's output and the final reply, up to TERMINATE."""
     replies = [m.get("content") or "" for m in record.messages if m["role"] == "assistant" and not m.get("tool_call")]
     outputs = [m.get("content") or "" for m in record.messages if m["role"] == "tool"]
     final = replies[-1] if replies else ""
@@ -85,19 +95,30 @@ def last_cell(record: TrialRecord) -> str:
     return cells[-1] if cells else ""
 
 
-def score(task: Task, record: TrialRecord, tools: CodeInterface, knowledge: str | None = None,
-          memory_from: str = "successful") -> Score:
-    """SR, strict SR, CR; with `knowledge` (sequential memory), a successful question (or, `memory_from=completed`,
-    any question that reached TERMINATE: no labels needed) becomes a memory item."""
-    completed, window = prediction_window(record)
-    compatible = completed and compatibility(window, gold_text(task.answer))
+def score(task: Task, record: TrialRecord, tools: CodeInterface, agent=None, knowledge: str | None = None,
+          memory_from: str = "judged") -> Score:
+    """SR (evaluate.py's verdict on the original's log), strict SR, CR; with `knowledge` (sequential memory), the
+    question becomes a memory item when `memory_from` admits it: `judged` (the original: main.py's judge passes on
+    the log's window, TERMINATE or not), `successful` (completed and passed) or `completed` (said TERMINATE)."""
+    gold = gold_text(task.answer)
+    if agent is None:                                   # a baseline: no original log to reproduce
+        completed, window = baseline_window(record)
+        compatible, judged = completed and evaluate_judge(window, gold), completed and compatibility(window, gold)
+    else:
+        log = original_log(task.question, task.answer, getattr(agent, "opening", None) or task.question,
+                           record.messages, _call(getattr(agent, "unexecuted", None)), getattr(tools, "crash", None))
+        (completed, compatible), judged = evaluate_log(log, task.answer), compatibility(prediction(log), gold)
     exact = completed and tools.last_answer is not None and strict(tools.last_answer, task.answer)
-    kept = compatible if memory_from == "successful" else completed
+    kept = {"judged": judged, "successful": compatible, "completed": completed}[memory_from]
     memory = [{"stream": memory_stream(task.db_id, record.trial), "key": task.key,
                "item": {"question": task.question, "knowledge": knowledge, "code": last_cell(record)}}] \
         if kept and knowledge is not None else []
     return Score(float(compatible), {"completed": float(completed), "compatible": float(compatible),
                                      "strict": float(exact)}, memory)
+
+
+def _call(call) -> dict | None:
+    return {"name": call.name, "arguments": call.arguments} if call is not None else None
 
 
 class EhrAgentBenchmark(Benchmark):
@@ -115,9 +136,17 @@ class EhrAgentBenchmark(Benchmark):
             raise ConfigurationError(f"benchmark.memory={o.get('memory')!r}: choose one of {list(MEMORY_MODES)} "
                                      "(frozen: the four initial examples; sequential: the original's growing "
                                      "memory, questions one at a time in seeded order; none: no examples)")
-        if o.get("memory_from", "successful") not in ("successful", "completed"):
-            raise ConfigurationError(f"benchmark.memory_from={o.get('memory_from')!r}: choose successful (the "
-                                     "original: the judge passed) or completed (said TERMINATE; needs no labels)")
+        if o.get("contract", "original") not in CONTRACTS:
+            raise ConfigurationError(f"benchmark.contract={o.get('contract')!r}: choose original (the authors' code, "
+                                     "the default) or ehrbench (its improvements on)")
+        if self.memory_from() not in ("judged", "successful", "completed"):
+            raise ConfigurationError(f"benchmark.memory_from={o.get('memory_from')!r}: choose judged (the original: "
+                                     "main.py's judge passed, TERMINATE or not), successful (completed and passed) or "
+                                     "completed (said TERMINATE; needs no labels); null: as the contract says")
+        for field in ("num_shots",):
+            if isinstance(o.get(field, 4), bool) or not isinstance(o.get(field, 4), int) or o.get(field, 4) < 0:
+                raise ConfigurationError(f"benchmark.{field}={o.get(field)!r}: must be a whole number, 0 or more "
+                                         "(the paper's K, 4 by default)")
         if o.get("memory_file"):
             if o["memory"] != "frozen":
                 raise ConfigurationError(f"benchmark.memory_file={o['memory_file']!r} needs benchmark.memory=frozen "
@@ -129,8 +158,8 @@ class EhrAgentBenchmark(Benchmark):
         if isinstance(o.get("memory_seed"), bool) or not isinstance(o.get("memory_seed"), int):
             raise ConfigurationError(f"benchmark.memory_seed={o.get('memory_seed')!r}: must be an integer (the "
                                      "original shuffles with seed 42)")
-        for flag in ("knowledge", "debugging"):
-            if not isinstance(o.get(flag), bool):
+        for flag in ("knowledge", "debugging", "interactive"):
+            if not isinstance(o.get(flag, True), bool):
                 raise ConfigurationError(f"benchmark.{flag}={o.get(flag)!r}: must be true or false")
         for field in ("cell_cpu_s", "cell_wall_s", "cell_memory_mb", "sql_timeout_s"):
             value = o.get(field)
@@ -146,6 +175,24 @@ class EhrAgentBenchmark(Benchmark):
         if not all(db in files for db in chosen) and not Path(o.get("task_dir") or "").is_dir():
             raise ConfigurationError(f"benchmark.task_dir={o.get('task_dir')!r}: no such folder; it must hold "
                                      f"{', '.join(FILES.values())} (the project's are in data/tasks/ehragent)")
+
+    def memory_from(self) -> str:
+        """Which questions a sequential memory admits: the option, else the contract's choice."""
+        return self.options.get("memory_from") or CONTRACTS.get(self.options.get("contract", "original"),
+                                                                 CONTRACTS["original"])["memory_from"]
+
+    def contract(self) -> tuple[str, list[str]]:
+        """The contract, and every setting that departs from it or from the paper's headline EHRAgent."""
+        o = self.options
+        name = o.get("contract", "original")
+        departures = [f"memory_from={self.memory_from()}"] if self.memory_from() != CONTRACTS[name]["memory_from"] \
+            else []
+        for option, headline in HEADLINE.items():
+            value = o.get(option, headline)
+            if value != headline:
+                why = ABLATIONS.get((option, value))
+                departures.append(f"{option}={value}" + (f" ({why})" if why else ""))
+        return name, departures
 
     def question_file(self, db: str) -> Path:
         """`question_files.<db>` (e.g. EHRSQL's own valid.json), else the task folder's file for the database."""
@@ -214,13 +261,14 @@ class EhrAgentBenchmark(Benchmark):
                       if sequential else Memory(initial_memory(task.db_id) + learned if o["memory"] == "frozen" else []))
             agent = EhrAgent(settings.model_for("agent", meter),
                              settings.model_for("knowledge", meter) if o["knowledge"] else None, task.db_id, memory,
-                             seed)
+                             seed, num_shots=int(o.get("num_shots", 4)),
+                             max_executions=10 if o.get("interactive", True) else 1, proxy=tools)
         else:
             agent = ReferenceAgent(task.gold_sql, ScriptedCall("agent", meter, settings.agent_latency_s))
 
         async def scored(record: TrialRecord) -> Score:
-            return score(task, record, tools, getattr(agent, "knowledge", "") if sequential and not baseline else None,
-                         o.get("memory_from", "successful"))
+            return score(task, record, tools, None if baseline else agent,
+                         getattr(agent, "knowledge", "") if sequential and not baseline else None, self.memory_from())
         return Episode(tools, agent, scored, opening=task.question)
 
     def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:

@@ -50,6 +50,24 @@ def post_process_sql(query: str, current_time: str = EHRSQL_NOW) -> str:
     return query.replace("'now'", f"'{current_time}'")
 
 
+_CLOCK = re.compile(r"('(?:[^']|'')*')|(\"(?:[^\"]|\"\")*\")|(?<![.\w])(current_timestamp|current_time|current_date)\b",
+                    re.IGNORECASE)
+
+
+def at_database_now(sql: str, now: str = EHRSQL_NOW) -> str:
+    """The model's SQL with SQLite's clock read at the database's now, as EHRSQL's post-processing reads the gold
+    SQL's: `current_time`, `current_timestamp` and the string 'now' (any case) become now, `current_date` its date.
+    String literals and quoted names are otherwise left alone, and nothing else changes (no lowercasing)."""
+    def fix(m: re.Match) -> str:
+        literal, quoted, keyword = m.groups()
+        if literal is not None:
+            return f"'{now}'" if literal.lower() == "'now'" else literal
+        if quoted is not None:
+            return quoted
+        return f"'{now[:10]}'" if keyword.lower() == "current_date" else f"'{now}'"
+    return _CLOCK.sub(fix, sql)
+
+
 @dataclass(frozen=True)
 class Question:
     """One question as its file gives it, before its gold SQL has run."""

@@ -1,11 +1,22 @@
 """EHRAgent's one function, `python(cell)`, as the trial's tool: the cell runs in the code sandbox with the toolset
 bound (`toolset.py`); its result, or its error parsed as the original's `run_code` words it, is the observation; an
 observation mentioning an error gets one rubber-duck debugging call ("Potential Reasons: ...") unless debugging is
-switched off. LoadDB and SQLInterpreter reach the hosted, read-only database through `serve`.
+switched off. LoadDB and SQLInterpreter reach the hosted, read-only database through `serve`: LoadDB's table travels as CSV text
+(the original read CSV files), SQLInterpreter's SQL runs with the clock at the database's now (`at_database_now`),
+and both return everything, as the original did, up to a size that fits the sandbox (past it they say so, never
+cut silently).
+
+AutoGen's user proxy answered more than function calls (`agent.py` decides which answer a reply gets); its other
+two answers are tools here too, so every exchange stays in the trial's record: `autogen_code` runs the fenced code
+blocks of a plain-text reply as AutoGen's own executor did (a script without the toolset, "exitcode: ... Code
+output: ..."), and `autogen_reply` is the proxy's empty auto-reply.
 """
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
+import re
 
 from ...agents.code_sandbox import CellLimits, CellResult, CodeSandbox
 from ...db.limits import QueryError
@@ -13,12 +24,17 @@ from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
 from ...trial import Message
 from .prompts import DEBUGGER_FALLBACK, DEBUGGER_SYSTEM, prompts
+from .tasks import at_database_now
 
 FEEDBACK = "\nPlease make modifications accordingly and make sure the rest code works well with the modification."
 SAVE_ANSWER = "Please save the answer to the question in the variable 'answer'."
 TOOL_NAMES = {"get_value": "GetValue", "data_filter": "FilterDB", "db_loader": "LoadDB",
               "sql_interpreter": "SQLInterpreter", "date_calculator": "Calendar"}
-LOAD_ROWS = 500_000          # LoadDB keeps at most this many rows (the result's byte limit applies too)
+READ_BYTES = 40_000_000      # LoadDB's table, SQLInterpreter's result: all of it up to this size (the sandbox's
+READ_ROWS = 10_000_000       # messages carry 64 MiB), past it an error that says so
+# AutoGen 0.2.0's code_utils: a fenced block and the language of an unnamed one
+CODE_BLOCK = re.compile(r"```[ \t]*(\w+)?[ \t]*\r?\n(.*?)\r?\n[ \t]*```", re.DOTALL)
+PSEUDO_TOOLS = ("autogen_code", "autogen_reply")
 _SANDBOXES: dict[asyncio.AbstractEventLoop, CodeSandbox] = {}
 
 
@@ -70,6 +86,54 @@ def run_code_text(result: CellResult, code: str, limits: CellLimits) -> str:
     return text + FEEDBACK
 
 
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """AutoGen's `extract_code`: the (language, code) of each fenced block; an unnamed block's language inferred as
+    AutoGen did (`sh` for a pip or python command line, `python` when it compiles, else unknown)."""
+    blocks = []
+    for lang, code in CODE_BLOCK.findall(text or ""):
+        if not lang:
+            if code.startswith(("python ", "pip", "python3 ")):
+                lang = "sh"
+            else:
+                try:
+                    compile(code, "test", "exec")
+                    lang = "python"
+                except SyntaxError:
+                    lang = "unknown"
+        blocks.append((lang, code))
+    return blocks
+
+
+def script_log(result: CellResult, code: str, timeout_s: float) -> tuple[int, str]:
+    """A python block's (exit code, log) as AutoGen's executor reported a script run on its own: its output, or
+    Python's traceback with the script's file name removed."""
+    if result.ended == "ok":
+        return 0, result.stdout or ""
+    if result.ended in ("cpu_limit", "wall_limit"):
+        return 1, "Timeout"
+    error = result.error or {"type": "Error", "message": "the script crashed", "line": None}
+    number, lines = error.get("line"), code.split("\n")
+    frame = (f'  File "", line {number}, in <module>\n    {lines[number - 1].strip()}\n'
+             if number and 0 < number <= len(lines) else "")
+    return 1, f"Traceback (most recent call last):\n{frame}{error['type']}: {error['message']}\n"
+
+
+def csv_text(columns: list[str], rows: list) -> str:
+    """A table as the CSV file the original's LoadDB read: NULL empty, numbers as Python writes them."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(["" if v is None else v for v in row] for row in rows)
+    return out.getvalue()
+
+
+def sqlite_words(error: Exception) -> str:
+    """What the original's run_code read off a SQLite error: SQLite's own message, without SQLAlchemy's wrapping."""
+    text = str(error)
+    m = re.match(r"\(sqlite3\.\w+\) (.*?)\n\[SQL:", text, re.DOTALL)
+    return m.group(1) if m else text
+
+
 def repr_message(kind: str, message: str) -> str:
     """The original's `str(repr(e)).split("('")[-1].split("')")[0]`: the message when Python quotes it with single
     quotes, the whole repr when the message holds a single quote (Python then uses double quotes)."""
@@ -84,6 +148,8 @@ class CodeInterface:
         self.db_id, self.db, self.tables, self.question, self.now = db_id, db, tables, question, now
         self.debugger, self.limits, self.sql_timeout_s = debugger, limits, sql_timeout_s
         self.last_answer: str | None = None          # str(answer) of the last cell that ran to its end
+        self.code = ""                               # the last cell run (what the debugger is shown)
+        self.crash: str | None = None                # the original's proxy would have raised this: question lost
 
     async def serve(self, tool: str, args: list):
         """LoadDB and SQLInterpreter for the cell, on the hosted database (read-only, time-limited)."""
@@ -93,35 +159,68 @@ class CodeInterface:
                 raise KeyError(name)
             stored = self.tables[name]                  # the table's name in the database ("ADMISSIONS")
             try:
-                result = await self.db.execute(f'SELECT * FROM "{stored}"', self.sql_timeout_s, LOAD_ROWS, LOAD_ROWS)
+                result = await self.db.read_large(f'SELECT * FROM "{stored}"', self.sql_timeout_s, READ_ROWS,
+                                                  READ_BYTES)
             except QueryError as e:
-                raise RuntimeError(f"the table {name} is too large for LoadDB ({e}); use SQLInterpreter with a WHERE "
-                                   "clause instead") from None
-            return {"columns": await self.db.column_names(stored), "rows": [list(r) for r in result.rows]}
+                raise RuntimeError(f"the table {name} is too large for LoadDB here ({e}); use SQLInterpreter with "
+                                   "a WHERE clause instead") from None
+            return csv_text(await self.db.column_names(stored), result.rows)
         if tool == "sql":
-            result = await self.db.execute(str(args[0]), self.sql_timeout_s, 1_000_000, 10_000)
+            try:
+                result = await self.db.read_large(at_database_now(str(args[0]), self.now), self.sql_timeout_s,
+                                                  READ_ROWS, READ_BYTES)
+            except QueryError as e:
+                raise RuntimeError(sqlite_words(e)) from None
+            if len(result.rows) > READ_ROWS:
+                raise RuntimeError(f"the query returned more than {READ_ROWS:,} rows, more than SQLInterpreter "
+                                   "returns here; add a WHERE clause, an aggregate or a LIMIT")
             return [list(r) for r in result.rows]
         raise ValueError(f"unknown tool {tool!r}")
 
+    async def run_blocks(self, text: str) -> str:
+        """`autogen_code`: AutoGen's execute_code_blocks on a plain-text reply. Python blocks run in the sandbox
+        without the toolset (AutoGen ran them as scripts of their own); the first failure stops the rest."""
+        logs, exitcode = "", 0
+        for lang, code in code_blocks(text):
+            if lang in ("python", "Python"):
+                result = await sandbox().run(code, limits=self.limits, result_name="__no_result__")
+                exitcode, log = script_log(result, code, self.limits.wall_s)
+            elif lang in ("bash", "shell", "sh"):
+                exitcode, log = 1, "shell blocks are not run by ehrbench's sandbox"
+            else:
+                exitcode, log = 1, f"unknown language {lang}"
+            logs += "\n" + log
+            if exitcode != 0:
+                break
+        return f"exitcode: {exitcode} ({'execution succeeded' if exitcode == 0 else 'execution failed'})\n" \
+            f"Code output: {logs}"
+
     async def call(self, name: str, arguments: dict) -> str:
+        if name == "autogen_code":
+            return await self.run_blocks(str(arguments.get("text") or ""))
+        if name == "autogen_reply":
+            return ""
         if name != "python":
-            return f"Error: Function {name} not found."
-        code = arguments.get("cell")
-        if not isinstance(code, str):
-            return "Error: run_code() missing 1 required positional argument: 'cell'."
-        result = await sandbox().run(code, tools="ehrbench.benchmarks.ehragent.toolset",
-                                     context={"tables": sorted(self.tables), "now": self.now}, on_tool=self.serve,
-                                     limits=self.limits)
-        content = run_code_text(result, code, self.limits)
-        if result.ended == "ok" and content != SAVE_ANSWER:
-            self.last_answer = content
+            content = f"Error: Function {name} not found."      # debugged with the last cell, as the original
+        else:
+            code = arguments.get("cell")
+            if not isinstance(code, str):     # the original's proxy raised here and lost the whole question
+                self.crash = "'cell'"
+                return "Error: run_code() missing 1 required positional argument: 'cell'."
+            self.code = code
+            result = await sandbox().run(code, tools="ehrbench.benchmarks.ehragent.toolset",
+                                         context={"tables": sorted(self.tables), "now": self.now},
+                                         on_tool=self.serve, limits=self.limits)
+            content = run_code_text(result, code, self.limits)
+            if result.ended == "ok" and content != SAVE_ANSWER:
+                self.last_answer = content
         if self.debugger is not None and ("error" in content or "Error" in content):
-            content += "\nPotential Reasons: " + await self._debug(code, content)
+            content += "\nPotential Reasons: " + await self._debug(self.code, content)
         return content
 
     async def _debug(self, code: str, error_info: str) -> str:
         """Rubber-duck debugging: one model call that lists the single most likely cause."""
         prompt = prompts(self.db_id)["CodeDebugger"].format(question=self.question, code=code, error_info=error_info)
         response = await self.debugger.complete(ChatRequest([Message("user", prompt)], system=DEBUGGER_SYSTEM,
-                                                            temperature=0.0, max_tokens=800))
+                                                            temperature=0.0, top_p=0.95, max_tokens=800))
         return (response.text or "").strip() or DEBUGGER_FALLBACK

@@ -6,7 +6,10 @@ SQLInterpreter ask the harness, which runs them on the hosted, read-only databas
 loaded pandas frame here, with the original's semantics, messages and quirks (conditions split on "||" and not
 stripped, operators tried in the order >=, <=, >, <, =, in, max, min, values coerced to the type of the column's
 first value, quotes stripped only for < and =, an `=` that matches nothing listing the five closest values by
-Levenshtein distance, a failing condition that names a real column silently ignored). Two changes, both for
+Levenshtein distance, a failing condition that names a real column silently ignored). LoadDB's frame is read by
+pandas from CSV text, as the original read EHRSQL's CSV files: a NULL is NaN, a code that looks like a number
+(ICD-9 "4019") becomes one, so FilterDB, GetValue and the errors they raise see the types the original saw. Every
+cell starts with `answer = 0`, as the original's run_code. Two changes, both for
 reproducibility: ties among the closest values and GetValue's de-duplicated values come in a fixed order (the
 original's came in hash order, different per process), and Calendar counts from the database's "now" (the original
 used SQLite's `current_time`, a time of day, so its dates fell in the year 2000). Calculate is a local arithmetic
@@ -15,6 +18,7 @@ evaluator in place of the original's WolframAlpha API, with the original's error
 from __future__ import annotations
 
 import ast
+import io
 import math
 import operator
 import sqlite3
@@ -34,8 +38,7 @@ def bind(call, context: dict) -> dict:
     def LoadDB(target_ehr):
         if target_ehr not in tables:
             raise KeyError(target_ehr)
-        data = call("load", target_ehr)
-        return pd.DataFrame(data["rows"], columns=data["columns"])
+        return pd.read_csv(io.StringIO(call("load", target_ehr)))
 
     def SQLInterpreter(command):
         return [tuple(row) for row in call("sql", command)]
@@ -43,7 +46,7 @@ def bind(call, context: dict) -> dict:
     def Calendar(argument):
         return date_calculator(argument, now)
 
-    return {"LoadDB": LoadDB, "FilterDB": data_filter, "GetValue": get_value, "SQLInterpreter": SQLInterpreter,
+    return {"answer": 0, "LoadDB": LoadDB, "FilterDB": data_filter, "GetValue": get_value, "SQLInterpreter": SQLInterpreter,
             "Calendar": Calendar, "Calculate": calculate}
 
 
@@ -87,8 +90,9 @@ def data_filter(data: pd.DataFrame, argument: str) -> pd.DataFrame:
                 data = data[data[column_name] == value]
             elif " in " in command:
                 column_name, value = command.split(" in ")[0], command.split(" in ")[1]
-                items = [v.strip().strip("'\"") for v in value.strip("[]").split(",")]
-                data = data[data[column_name].isin([_coerce(v, data, column_name) for v in items])]
+                items = [v.strip().strip("'").strip('"') for v in value.strip("[]").split(",")]
+                kind = type(data[column_name][0])    # no fallback: where this fails the condition is ignored
+                data = data[data[column_name].isin(list(map(kind, items)))]
             elif "max" in command:
                 column_name = command.split("max(")[1].split(")")[0]
                 data = data[data[column_name] == data[column_name].max()]
@@ -117,6 +121,7 @@ def data_filter(data: pd.DataFrame, argument: str) -> pd.DataFrame:
 
 def get_value(data: pd.DataFrame, argument: str):
     """GetValue: `COL` (its values, joined by ", ", each once) or `COL, op` with op mean, max, min, sum or list."""
+    column = argument
     try:
         commands = argument.split(", ")
         if len(commands) == 1:
@@ -131,16 +136,17 @@ def get_value(data: pd.DataFrame, argument: str):
         if "max" in op or "min" in op:
             pick = max if "max" in op else min
             try:
-                return pick(float(v) for v in values)
-            except ValueError:
-                return pick(str(v) for v in values)
+                values = [float(v) for v in values]
+            except Exception:  # noqa: BLE001 - the original's bare except
+                values = [str(v) for v in values]
+            return pick(values)
         if "sum" in op:
             return sum(float(v) for v in values)
         if "list" in op:
             return [str(v) for v in values]
         raise Exception(f"The operation {op} contains syntax errors. Please check the arguments.")
     except Exception:  # noqa: BLE001 - the original reports every failure as a column-name error
-        raise Exception(f"The column name {argument.split(', ')[0]} is incorrect. Please check the column name and make necessary "
+        raise Exception(f"The column name {column} is incorrect. Please check the column name and make necessary "
                         f"changes. The columns in this table include {', '.join(data.columns.tolist())}.")
 
 
