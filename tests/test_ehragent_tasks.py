@@ -49,6 +49,20 @@ def test_a_missed_current_time_silently_reads_the_real_clock():
     assert con.execute(raw).fetchone() != ("2105-01-01 00:00:00",)        # runs, and answers something else
 
 
+def test_the_model_s_sql_reads_the_clock_at_the_database_s_now():
+    """Gold SQL is post-processed to EHRSQL's now; the model's SQL must read the same clock (not the real one)."""
+    from ehrbench.benchmarks.ehragent.tasks import at_database_now
+
+    sql = ("select datetime(CURRENT_TIME, '-1 year'), date('now'), current_date, 'now is', \"current_time\", "
+           "t.current_timestamp from t where x = 'Now'")
+    assert at_database_now(sql) == (
+        "select datetime('2105-12-31 23:59:00', '-1 year'), date('2105-12-31 23:59:00'), '2105-12-31', 'now is', "
+        "\"current_time\", t.current_timestamp from t where x = '2105-12-31 23:59:00'")
+    con = sqlite3.connect(":memory:")
+    assert con.execute(at_database_now("select datetime(current_time, '-1 day')")).fetchone()[0] == \
+        "2105-12-30 23:59:00"
+
+
 def test_complexity_level_counts_distinct_tables_of_the_gold_sql():
     assert complexity_level(EHRSQL_ITEM["query"]) == 1
     assert complexity_level("select count(*) > 0 from labevents where labevents.hadm_id in ( select admissions.hadm_id "

@@ -1,4 +1,4 @@
-"""EHRAgent's code interface against the original's own outputs: 60 code cells run with wshi83/EhrAgent's run_code
+"""EHRAgent's code interface against the original's own outputs: 77 code cells run with wshi83/EhrAgent's run_code
 and tools on a toy MIMIC-III (tests/fixtures/ehragent_toy_mimic, ehragent_run_code_cases.json) give the same
 observation here, through the sandbox, the toolset and the feedback formatting; the few deliberate differences are
 listed with their reason in the fixture. Also: the initial memory as the original parses it, and example retrieval."""
@@ -57,7 +57,7 @@ def test_each_cell_is_observed_as_the_original_observed_it(observations, i, case
 
 def test_deviations_from_the_original_are_few_and_explained():
     deviations = [c for c in CASES if "deviation" in c]
-    assert len(deviations) <= 11 and all(c["deviation"] for c in deviations)
+    assert len(deviations) <= 13 and all(c["deviation"] for c in deviations)
 
 
 def test_calendar_counts_from_the_database_now_and_calculate_is_arithmetic_only():

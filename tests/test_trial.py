@@ -122,6 +122,28 @@ def test_user_failure_is_an_infrastructure_error_never_a_graded_end():
     assert (r.termination, r.reward, r.valid) == ("infra_error_user", None, False)
 
 
+def test_a_refused_agent_request_is_scored_a_refused_user_request_is_re_run():
+    """A context overflow in the agent's own turn is the agent's doing: agent_error, reward 0, in the denominator."""
+    class Overflowing:
+        async def act(self, history):
+            raise InfrastructureError("HTTP 400: context length exceeded", agent_caused=True)
+
+    r = asyncio.run(run_trial("k", 0, Overflowing(), ScriptedUser("Your goal is x."), EchoTools(), full_marks))
+    assert (r.termination, r.reward, r.valid) == ("agent_error", 0.0, True)
+
+    class RefusedUser:
+        async def reply(self, history):
+            if len(history) > 1:
+                raise InfrastructureError("HTTP 400", source="user", agent_caused=True)
+            return Turn("hello")
+
+    class Talker:
+        async def act(self, history):
+            return Message("assistant", "hi")
+    r = asyncio.run(run_trial("k", 0, Talker(), RefusedUser(), EchoTools(), full_marks))
+    assert (r.termination, r.valid) == ("infra_error_user", False)
+
+
 def test_agent_bug_costs_the_trial_not_the_run():
     class Crashy:
         async def act(self, history):

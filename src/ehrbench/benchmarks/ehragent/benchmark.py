@@ -118,7 +118,7 @@ def score(task: Task, record: TrialRecord, tools: CodeInterface, agent=None, kno
 
 
 def _call(call) -> dict | None:
-    return {"name": call.name, "arguments": call.arguments} if call is not None else None
+    return {"name": call.name, "arguments": call.arguments, "raw": call.raw} if call is not None else None
 
 
 class EhrAgentBenchmark(Benchmark):

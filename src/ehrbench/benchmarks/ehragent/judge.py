@@ -50,8 +50,8 @@ SEPARATOR = "\n----------------------------------------------------------\n"
 def original_log(question: str, gold: list[str], opening: str, messages: list[dict], unexecuted: dict | None = None,
                  crash: str | None = None) -> str:
     """The log main.py wrote for one question: the question, str() of the gold list, then each message of the chat
-    from the proxy's side (its content, or for a function call without content the arguments as the model wrote
-    them, GPT-4's indented JSON), then "Ground-Truth Answer ---> " and the gold. A proxy that raised left only
+    from the proxy's side (its content, or for a function call without content its arguments: as the model wrote
+    them where they were not valid JSON, else as indented JSON, the form GPT-4 wrote), then "Ground-Truth Answer ---> " and the gold. A proxy that raised left only
     the error's text. `messages` are the trial's, the first (the question) standing for `opening`."""
     if crash is not None:
         entries = [crash]
@@ -62,9 +62,10 @@ def original_log(question: str, gold: list[str], opening: str, messages: list[di
             if m.get("content") is not None:
                 entries.append(m["content"])
             elif call is not None or (unexecuted is not None and m is messages[-1]):
-                arguments = (call or unexecuted)["arguments"]
-                entries.append(json.dumps(arguments, indent=2, ensure_ascii=False) if isinstance(arguments, dict)
-                               else str(arguments))
+                call = call or unexecuted
+                arguments = call["arguments"]
+                entries.append(call.get("raw") or (json.dumps(arguments, indent=2, ensure_ascii=False)
+                                                   if isinstance(arguments, dict) else str(arguments)))
     return SEPARATOR.join(entries + ["Ground-Truth Answer ---> " + gold_text(gold)])
 
 
