@@ -181,3 +181,109 @@ def test_the_train_split_answers_on_the_world_and_shares_no_question_with_the_ev
     for t in train[:20]:
         rows = ehragent_dbs[db_id].execute(t.gold_sql, timeout_s=60, keep=1000).rows
         assert [str(v) for r in rows[:100] for v in r] == t.answer, t.qid
+
+
+# --- the self-check: a reference that works through the tools, and mutants with known scores -------------------
+def _episode(db_id, dbs, task, agent_name="reference"):
+    """The benchmark's own episode for a task (its tools on the session's database, its scorer), contract original."""
+    import yaml
+
+    from ehrbench.benchmark import TrialSettings
+    from ehrbench.benchmarks.ehragent.benchmark import EhrAgentBenchmark
+    from ehrbench.llm.usage import UsageMeter
+
+    from .conftest import local_hosts
+
+    options = {**yaml.safe_load((ROOT / "conf" / "benchmark" / "ehragent.yaml").read_text()), "memory": "frozen"}
+    bench = EhrAgentBenchmark(options)
+    settings = TrialSettings(benchmark="ehragent", benchmark_options=options, agent=agent_name)
+    return bench.episode(task, 0, local_hosts(dbs), settings, UsageMeter(), 0)
+
+
+def _trials(runs):
+    """Trials of (episode, task, agent or None for the episode's own), one after another on one event loop (one
+    code sandbox for all of them)."""
+    import asyncio
+
+    from ehrbench.trial import Limits, run_trial
+
+    async def all_of_them():
+        return [await run_trial(task.key, 0, agent or episode.agent, None, episode.tools, episode.score,
+                                Limits(max_steps=11), opening=task.question) for episode, task, agent in runs]
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(all_of_them())
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("db_id", ["ehrsql_mimic_iii", "ehrsql_eicu"])
+def test_the_reference_reaches_the_shipped_answers_through_the_tools(ehragent_dbs, db_id):
+    """On the shipped questions, the reference writes its cell from the question alone (LoadDB, FilterDB, GetValue,
+    Calendar: never the gold SQL) for at least 40% of them, and every sampled one scores: the tools' types, the
+    clock and the scorer agree with the gold SQL on the trial's database. (All of them, 554 cells, were checked when
+    this test was written; it runs every 12th here to keep the suite's time.)"""
+    from ehrbench.benchmarks.ehragent.reference import tool_plan
+
+    tasks = load_tasks(TASKS / FILES[db_id], db_id)
+    planned = [t for t in tasks if tool_plan(db_id, t.question)]
+    assert len(planned) >= 0.4 * len(tasks)
+    sample = planned[::12]
+    for task, record in zip(sample, _trials([(_episode(db_id, ehragent_dbs, t), t, None) for t in sample])):
+        cell = record.messages[1]["tool_call"]["arguments"]["cell"]
+        assert "LoadDB(" in cell and "SQLInterpreter" not in cell and task.gold_sql not in cell
+        assert (record.reward, record.score_parts["completed"]) == (1.0, 1.0), (task.question, record.messages[2])
+
+
+class Mutant:
+    """A scripted agent with one known defect: its replies in order (a str is text, a dict a python cell, an
+    exception is raised), then silence."""
+
+    def __init__(self, *replies):
+        self.replies = list(replies)
+
+    async def act(self, history):
+        from ehrbench.trial import Message, ToolCall
+
+        reply = self.replies.pop(0) if self.replies else None
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(reply, dict):
+            return Message("assistant", None, tool_call=ToolCall("python", reply, f"call_{len(history)}"))
+        return Message("assistant", reply)
+
+
+def test_mutants_score_what_the_original_s_rules_say(ehragent_dbs):
+    """Each mutant's expected (SR, CR) comes from evaluate.py's rules read on paper, not from ehrbench's scorer:
+    completed iff "TERMINATE" is anywhere in the log; successful iff completed and the gold text is in the window
+    from the end of the last cell's arguments to the last TERMINATE."""
+    from ehrbench.benchmarks.ehragent.reference import tool_plan
+    from ehrbench.trial import InfrastructureError
+
+    db_id = "ehrsql_mimic_iii"
+    tasks = [t for t in load_tasks(TASKS / FILES[db_id], db_id)
+             if tool_plan(db_id, t.question) and t.family == "count the number" and t.answer[0].isdigit()][:3]
+    assert len(tasks) == 3
+    hostile = {"cell": "SQLInterpreter('drop table admissions')"}
+    expected = {   # name: (replies after the right cell, expected SR, CR), on paper
+        "right": (["The answer is {a}.\nTERMINATE"], 1, 1),
+        "wrong value, said TERMINATE": ([{"cell": "answer = 'nothing'"}, "The answer is nothing.\nTERMINATE"], 0, 1),
+        "never says TERMINATE": (["The answer is {a}."] * 12, 0, 0),
+        "TERMINATE. mid-text, then TERMINATE": (["The answer is {a}. TERMINATE.", "TERMINATE"], 1, 1),
+        "crashes after its cell": ([RuntimeError("agent bug")], 0, 0),
+        "its request refused (context overflow)": ([InfrastructureError("HTTP 400", agent_caused=True)], 0, 0),
+        "hostile SQL first, then right": (None, 1, 1),
+    }
+    runs, cases = [], []
+    for name, (after, sr, cr) in expected.items():
+        for task in tasks:
+            right = {"cell": tool_plan(db_id, task.question)}
+            replies = [hostile, right, "The answer is {a}.\nTERMINATE"] if after is None else [right, *after]
+            replies = [r.format(a=", ".join(task.answer)) if isinstance(r, str) else r for r in replies]
+            runs.append((_episode(db_id, ehragent_dbs, task), task, Mutant(*replies)))
+            cases.append((name, task, sr, cr, after is None))
+    for (name, task, sr, cr, hostile_first), record in zip(cases, _trials(runs)):
+        assert record.valid, (name, record.termination)                      # in the denominator, every one
+        assert (record.reward, record.score_parts.get("completed", 0.0)) == (sr, cr), (name, task.question)
+        if hostile_first:
+            assert "readonly database" in record.messages[2]["content"]      # refused; the next cell still works

@@ -14,7 +14,7 @@ in AutoGen's order:
 A function call whose arguments are not JSON goes the original's way: AutoGen's repair of raw newlines, then the
 cell cut out of the raw text and run anyway.
 
-`ReferenceAgent` is the plumbing oracle: one cell that runs the gold SQL through SQLInterpreter, then TERMINATE.
+`ReferenceAgent` answers with one cell written from the question's words (`reference.py`), then TERMINATE.
 """
 from __future__ import annotations
 
@@ -165,15 +165,20 @@ class EhrAgent:
 
 
 class ReferenceAgent:
-    """The oracle: runs the gold SQL in one cell, then repeats its result and says TERMINATE."""
+    """The reference: one cell written from the question (`reference.tool_plan`: LoadDB, FilterDB, GetValue,
+    Calendar on the trial's database), or for a template it has no plan for, the gold SQL through SQLInterpreter;
+    then it repeats the cell's result and says TERMINATE."""
 
-    def __init__(self, gold_sql: str, scripted):
-        self.gold_sql, self.scripted = gold_sql, scripted
+    def __init__(self, db_id: str, question: str, gold_sql: str, scripted):
+        from .reference import SQL_FALLBACK, tool_plan
+
+        self.cell = tool_plan(db_id, question) or (
+            SQL_FALLBACK + f"rows = SQLInterpreter({gold_sql!r})\nanswer = [value for row in rows for value in row]")
+        self.scripted = scripted
 
     async def act(self, history: list[Message]) -> Message:
         await self.scripted()
         observations = [m.content for m in history if m.role == "tool"]
         if not observations:
-            cell = f"rows = SQLInterpreter({self.gold_sql!r})\nanswer = [value for row in rows for value in row]"
-            return Message("assistant", None, tool_call=ToolCall("python", {"cell": cell}, "call_1"))
+            return Message("assistant", None, tool_call=ToolCall("python", {"cell": self.cell}, "call_1"))
         return Message("assistant", f"The answer is {observations[-1]}.\nTERMINATE")

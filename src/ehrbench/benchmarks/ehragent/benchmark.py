@@ -227,11 +227,15 @@ class EhrAgentBenchmark(Benchmark):
     def resources(self) -> Resources:
         return Resources(databases=tuple(self.options["databases"]), memory=self.options["memory"] == "sequential")
 
+    def check_agent(self, agent: str) -> None:
+        self.agent = agent
+
     def schedule(self, tasks: list[Task], trials: int) -> list[list[tuple[Task, int]]] | None:
-        """Sequential memory: per database and trial index, one chain of the database's questions in seeded order."""
+        """Sequential memory: per database and trial index, one chain of the database's questions in seeded order.
+        The memory is EHRAgent's: the reference and the baselines read none, so their trials run in parallel."""
         import random
 
-        if self.options["memory"] != "sequential":
+        if self.options["memory"] != "sequential" or getattr(self, "agent", "ehragent") != "ehragent":
             return None
         chains = []
         for db in self.options["databases"]:
@@ -264,7 +268,8 @@ class EhrAgentBenchmark(Benchmark):
                              seed, num_shots=int(o.get("num_shots", 4)),
                              max_executions=10 if o.get("interactive", True) else 1, proxy=tools)
         else:
-            agent = ReferenceAgent(task.gold_sql, ScriptedCall("agent", meter, settings.agent_latency_s))
+            agent = ReferenceAgent(task.db_id, task.question, task.gold_sql,
+                                   ScriptedCall("agent", meter, settings.agent_latency_s))
 
         async def scored(record: TrialRecord) -> Score:
             return score(task, record, tools, None if baseline else agent,
