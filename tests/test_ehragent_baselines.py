@@ -187,3 +187,50 @@ def test_a_bad_memory_file_is_refused_at_start_naming_file_line_and_field(tmp_pa
         EhrAgentBenchmark({**options, "memory_file": str(bad)}).check()
     with pytest.raises(ConfigurationError, match="needs benchmark.memory=frozen"):
         EhrAgentBenchmark({**options, "memory": "sequential", "memory_file": str(bad)}).check()
+
+
+def test_autogen_is_ehragent_s_chat_without_knowledge_debugging_or_memory(db_path):
+    """The paper's AutoGen baseline (Table 4): the same chat, code interface and four initial examples, no knowledge
+    note, no debugger, no long-term memory; scored from the original's log as EHRAgent is."""
+    from types import SimpleNamespace
+
+    from ehrbench.benchmark import Hosts
+    from ehrbench.benchmarks.ehragent.agent import EhrAgent
+    from ehrbench.benchmarks.ehragent.benchmark import EhrAgentBenchmark
+    from ehrbench.benchmarks.ehragent.prompts import initial_memory
+
+    roles = []
+    settings = SimpleNamespace(agent="autogen", agent_latency_s=0.0,
+                               model_for=lambda role, meter: roles.append(role) or Model())
+    options = {"databases": [DB], "memory": "sequential", "knowledge": True, "debugging": True, "cell_cpu_s": 30,
+               "cell_wall_s": 60, "cell_memory_mb": 2048, "sql_timeout_s": 60}
+    task = Task("q1", DB, "q?", "SELECT 1", ["1"], 1)
+    episode = EhrAgentBenchmark(options).episode(task, 0, Hosts({DB: LocalHost(Database(db_path, DB))}), settings,
+                                                 None, 7)
+    assert isinstance(episode.agent, EhrAgent) and episode.agent.knowledge_model is None
+    assert episode.tools.debugger is None and roles == ["agent"]
+    assert episode.agent.memory.items == initial_memory(DB)
+
+
+def test_the_contract_and_every_departure_from_it_are_named():
+    """contract=original by default; the improvements are opt-ins, named with the ablations in what the run records."""
+    from pathlib import Path
+
+    import yaml
+
+    from ehrbench.benchmarks.ehragent.benchmark import EhrAgentBenchmark
+    from ehrbench.llm.base import ConfigurationError
+
+    conf = yaml.safe_load((Path(__file__).parents[1] / "conf" / "benchmark" / "ehragent.yaml").read_text())
+    default = EhrAgentBenchmark(conf)
+    default.check()
+    assert default.contract() == ("original", []) and default.memory_from() == "judged"
+    mixed = EhrAgentBenchmark({**conf, "memory": "frozen", "memory_from": "successful", "num_shots": 8})
+    assert mixed.contract() == ("original", ["memory_from=successful", "memory=frozen (w/o long-term memory)",
+                                             "num_shots=8"])
+    improved = EhrAgentBenchmark({**conf, "contract": "ehrbench"})
+    assert improved.contract() == ("ehrbench", []) and improved.memory_from() == "successful"
+    with pytest.raises(ConfigurationError, match="benchmark.contract='paper': choose original"):
+        EhrAgentBenchmark({**conf, "contract": "paper"}).check()
+    with pytest.raises(ConfigurationError, match="benchmark.num_shots=-1"):
+        EhrAgentBenchmark({**conf, "num_shots": -1}).check()

@@ -31,6 +31,10 @@ def test_the_reference_agent_scores_100_on_every_database(ray_cluster, tmp_path,
     assert m["SR"] == m["SR_strict"] == m["CR"] == 100.0
     assert m["MIMIC-III/SR"] == m["eICU/SR"] == m["TREQS/SR"] == 100.0
     assert m["trials_valid"] >= 2 * 2 * 3
+    tags = run.data.tags                                   # the contract it kept, where a reader looks for it
+    assert (tags["ehrbench.contract"], tags["ehrbench.departures"]) == ("original", "")
+    assert run.data.params["benchmark.contract"] == "original"
+    assert "Contract: original, the paper's headline setting." in tags["mlflow.note.content"]
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"results_table.txt", "sr_by_level.png"} <= artifacts
     traces = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list", max_results=100)
@@ -70,6 +74,8 @@ def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_pat
     chatbot = [json.dumps(r.body) for r in requests if '"tools"' in json.dumps(r.body)]
     assert "KeyError" in chatbot[1] and "Potential Reasons: The table is called admissions." in chatbot[1]
     assert "(END OF EXAMPLES)" in chatbot[0] and "The admissions table holds the visits." in chatbot[0]
+    helpers = [r.body for r in requests if "tools" not in r.body]     # the knowledge note and the debugger
+    assert len(helpers) == 2 and all(b["top_p"] == 0.95 and b["temperature"] == 0 for b in helpers)
 
 
 def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(ray_cluster, tmp_path, shared_world):

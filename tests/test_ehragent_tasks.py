@@ -221,7 +221,7 @@ def _trials(runs):
 def test_the_reference_reaches_the_shipped_answers_through_the_tools(ehragent_dbs, db_id):
     """On the shipped questions, the reference writes its cell from the question alone (LoadDB, FilterDB, GetValue,
     Calendar: never the gold SQL) for at least 40% of them, and every sampled one scores: the tools' types, the
-    clock and the scorer agree with the gold SQL on the trial's database. (All of them, 554 cells, were checked when
+    clock and the scorer agree with the gold SQL on the trial's database. (All of them, 538 cells, were checked when
     this test was written; it runs every 12th here to keep the suite's time.)"""
     from ehrbench.benchmarks.ehragent.reference import tool_plan
 

@@ -171,3 +171,51 @@ def test_the_sandbox_host_of_a_closed_event_loop_exits_when_the_next_loop_starts
     async def close() -> None:
         await ehragent_tools.sandbox().close()
     asyncio.run(close())                                  # ends the second host, as a new loop does
+
+
+def test_whole_results_come_back_and_a_result_past_the_limit_says_so(tmp_path, monkeypatch):
+    """The original loaded whole tables and fetched every row: SQLInterpreter returns 20,000 rows (ehrbench kept
+    10,000 before, silently); past the size the sandbox carries, LoadDB and SQLInterpreter say so instead of cutting."""
+    from ehrbench.benchmarks.ehragent import tools as tools_module
+
+    tools = CodeInterface("ehrsql_mimic_iii", toy_database(tmp_path), {"cost": "COST"}, "q", "2105-12-31 23:59:00",
+                          None, CellLimits(cpu_s=10, wall_s=30))
+    many = ("answer = len(SQLInterpreter('with recursive n(i) as (select 1 union all select i + 1 from n where i < "
+            "20000) select i from n'))")
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(tools.call("python", {"cell": many})) == "20000"
+        monkeypatch.setattr(tools_module, "READ_BYTES", 50)
+        loaded = loop.run_until_complete(tools.call("python", {"cell": "answer = len(LoadDB('cost'))"}))
+        queried = loop.run_until_complete(tools.call("python", {"cell": "answer = SQLInterpreter('select * from COST')"}))
+    finally:
+        loop.close()
+    assert loaded.startswith("Error: the table cost is too large for LoadDB here") and "50-byte limit" in loaded
+    assert "50-byte limit on a result" in queried
+
+
+def test_without_interactive_coding_the_reply_after_one_execution_is_the_last():
+    """benchmark.interactive=false (the paper's "w/o interactive coding"): one execution, no feedback turn; a
+    function call in the last reply is never run, and the log shows it as the original's would."""
+    from ehrbench.benchmarks.ehragent.agent import EhrAgent
+    from ehrbench.llm.base import ChatResponse
+    from ehrbench.trial import Message, ToolCall
+
+    class Model:
+        def __init__(self, replies):
+            self.replies = list(replies)
+
+        async def complete(self, request):
+            return self.replies.pop(0)
+
+    cell = ToolCall("python", {"cell": "answer = 1"})
+    agent = EhrAgent(Model([ChatResponse(tool_calls=[cell]), ChatResponse(tool_calls=[cell])]), None,
+                     "ehrsql_mimic_iii", Memory([]), max_executions=1)
+    loop = asyncio.new_event_loop()
+    try:
+        first = loop.run_until_complete(agent.act([Message("user", "q?")]))
+        history = [Message("user", "q?"), first, Message("tool", "1", tool_call_id=first.tool_call.id)]
+        last = loop.run_until_complete(agent.act(history))
+    finally:
+        loop.close()
+    assert first.tool_call.name == "python" and last.tool_call is None and agent.unexecuted.arguments == cell.arguments

@@ -123,7 +123,7 @@ def _call(call) -> dict | None:
 
 class EhrAgentBenchmark(Benchmark):
     name = "ehragent"
-    agents = ("reference", "ehragent", "react", "llm2sql", "self_debugging")    # the last three: baselines.py
+    agents = ("reference", "ehragent", "autogen", "react", "llm2sql", "self_debugging")   # the last three: baselines.py
     users = ("none",)
     headline_metric = "SR"
 
@@ -250,6 +250,7 @@ class EhrAgentBenchmark(Benchmark):
         limits = CellLimits(cpu_s=float(o["cell_cpu_s"]), wall_s=float(o["cell_wall_s"]),
                             memory_mb=int(o["cell_memory_mb"]))
         ehragent = settings.agent == "ehragent"
+        autogen = settings.agent == "autogen"        # EHRAgent's chat without knowledge, debugging or memory
         db, tables = hosts.databases[task.db_id], table_names(task.db_id)
         tools = CodeInterface(task.db_id, db, tables, task.question, EHRSQL_NOW,
                               settings.model_for("debugger", meter) if ehragent and o["debugging"] else None,
@@ -259,6 +260,9 @@ class EhrAgentBenchmark(Benchmark):
         if baseline:
             tools = BaselineTools(tools, settings.agent)
             agent = BaselineAgent(settings.agent, settings.model_for("agent", meter), task.db_id, db, tables, seed)
+        elif autogen:
+            agent = EhrAgent(settings.model_for("agent", meter), None, task.db_id,
+                             Memory(initial_memory(task.db_id)), seed, proxy=tools)
         elif ehragent:
             learned = memory_file_items(str(o["memory_file"])).get(task.db_id, []) if o.get("memory_file") else []
             memory = (SharedMemory(initial_memory(task.db_id), hosts.memory, memory_stream(task.db_id, trial))
@@ -273,7 +277,7 @@ class EhrAgentBenchmark(Benchmark):
 
         async def scored(record: TrialRecord) -> Score:
             return score(task, record, tools, None if baseline else agent,
-                         getattr(agent, "knowledge", "") if sequential and not baseline else None, self.memory_from())
+                         agent.knowledge if sequential and ehragent else None, self.memory_from())
         return Episode(tools, agent, scored, opening=task.question)
 
     def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:

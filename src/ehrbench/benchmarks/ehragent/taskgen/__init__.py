@@ -3,8 +3,9 @@
     python -m ehrbench.benchmarks.ehragent.taskgen [--out data/tasks/ehragent] [--seed 0] [--train 100]
 
 Drafts come from the template families (`ehrsql.py`, `mimicsql.py`); each gold SQL is run after EHRSQL's
-post-processing, and a question is kept when it answers (not empty, not all NULL), is not a duplicate, and its
-answer is short enough to read back (at most 20 values). Sizes are the paper's: MIMIC-III 580, eICU 580, TREQS 996.
+post-processing, and a question is kept when it answers (not empty, not all NULL), is not a duplicate, its
+answer is short enough to read back (at most 20 values), and its complexity level still has room (`LEVELS`: the
+paper's mean tables per question). Sizes are the paper's: MIMIC-III 580, eICU 580, TREQS 996.
 A train split (`train/`, 100 questions per database by default, drafted with another seed, none of them in the
 evaluation sets) is what a sequential run builds a memory from, to freeze for parallel runs (`memory_file`).
 """
@@ -22,15 +23,32 @@ from . import ehrsql, mimicsql
 from .schemas import SCHEMAS
 
 SIZES = {"ehrsql_mimic_iii": 580, "ehrsql_eicu": 580, "treqs": 996}
+# Questions per complexity level (distinct tables in the gold SQL), chosen so that the mean matches the paper's
+# Table 1: MIMIC-III 2.52, eICU 1.74, TREQS 1.48 tables per question (here 2.52, 1.74, 1.48)
+LEVELS = {"ehrsql_mimic_iii": {1: 70, 2: 230, 3: 190, 4: 90}, "ehrsql_eicu": {1: 160, 2: 410, 3: 10},
+          "treqs": {1: 600, 2: 318, 3: 78}}
 FILES = {"ehrsql_mimic_iii": "mimic_iii.json", "ehrsql_eicu": "eicu.json", "treqs": "treqs.jsonl"}
 EHRSQL_DB = {"ehrsql_mimic_iii": "mimic_iii", "ehrsql_eicu": "eicu"}
 MAX_VALUES = 20
 MAX_DRAFTS = 40                  # drafts tried per question kept, before giving up
 
 
+def quotas(db_id: str, n: int) -> dict[int, int]:
+    """`LEVELS` scaled to `n` questions (largest remainders), so a split of any size keeps the paper's mix."""
+    shares = LEVELS[db_id]
+    total = sum(shares.values())
+    exact = {level: n * count / total for level, count in shares.items()}
+    out = {level: int(x) for level, x in exact.items()}
+    for level in sorted(exact, key=lambda lv: out[lv] - exact[lv])[:n - sum(out.values())]:
+        out[level] += 1
+    return out
+
+
 def generate(db: Database, db_id: str, n: int, seed: int = 0, exclude: frozenset[str] = frozenset()) -> list[Task]:
     def rows(sql: str) -> list[tuple]:
         return db.execute(sql, timeout_s=120, keep=100_000).rows
+
+    left = quotas(db_id, n)
 
     source = mimicsql.drafts(rows, seed) if db_id == "treqs" else ehrsql.drafts(SCHEMAS[db_id], rows, seed)
     tasks, seen = [], set(exclude)
@@ -48,9 +66,13 @@ def generate(db: Database, db_id: str, n: int, seed: int = 0, exclude: frozenset
             continue
         if not values or len(values) > MAX_VALUES or all(v == "None" for v in values):
             continue
+        level = complexity_level(ready)
+        if not left.get(level):
+            continue
+        left[level] -= 1
         seen.add(question)
         qid = hashlib.sha256(f"{db_id}/{question}".encode()).hexdigest()[:24]
-        tasks.append(Task(qid, db_id, question, sql, values, complexity_level(ready), family))
+        tasks.append(Task(qid, db_id, question, sql, values, level, family))
     return tasks
 
 

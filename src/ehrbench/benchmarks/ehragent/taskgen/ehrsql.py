@@ -20,6 +20,7 @@ EHRSQL_NOW = datetime(2105, 12, 31, 23, 59)
 RANKS = {3: "three", 4: "four", 5: "five"}
 AGGREGATES = [("maximum", "max"), ("minimum", "min"), ("average", "avg")]
 Draft = tuple[str, str, str]          # (family, question, gold SQL before post-processing)
+NEGATIVE_SHARE = 0.4                   # "has ... ever" questions drafted about something the patient never had
 
 
 def time_filter(rng: random.Random, column: str, when: datetime) -> tuple[str, str]:
@@ -76,9 +77,19 @@ class Generator:
 
     # --- families ---
     def has_ever(self) -> Iterator[Draft]:
+        """Some ask about something the patient never had (EHRSQL's "has ... ever" answers are not all yes):
+        another patient's event of the same kind, its name one the patient has no event of."""
         kind = self.pick("diagnosis", "procedure", "drug", "lab", "micro", "intake")
         if ev := self.event(kind):
             pid, name, time, _ = ev
+            if self.rng.random() < NEGATIVE_SHARE:
+                for other in filter(None, (self.event(kind) for _ in range(5))):
+                    if not self.rows(f"select count(*) from {self.s.table(kind)} where "
+                                     f"{self.s.of_patient(kind, lit(pid))} and {self.s.named(kind, other[1])}")[0][0]:
+                        name, time = other[1], other[2]
+                        break
+                else:
+                    return
             words, cond = self.when(kind, time)
             yield ("has ever", f"has {self.s.patient(pid)} {self.s.verb(kind, name)}{words}?",
                    f"select count(*) > 0 from {self.s.table(kind)} where {self.s.of_patient(kind, lit(pid))} and "
