@@ -97,13 +97,16 @@ def test_response_cache_reuses_identical_requests_only(server, monkeypatch, tmp_
 
 def test_bad_request_is_refused_without_retries_and_marked_as_the_requests_own_doing(model_factory, server):
     """HTTP 400 (a context overflow, a malformed conversation): not retried, marked agent_caused, so an agent's turn
-    is scored (FIDELITY rule 4) while a user's or judge's call is re-run; a 401 is neither."""
+    is scored (FIDELITY rule 4) while a user's or judge's call is re-run."""
     server.push(Reply(status=400), Reply(text="never sent"))
     model = model_factory()
     with pytest.raises(InfrastructureError, match="400") as refused:
         run(model.complete(ChatRequest([Message("user", "hi")])))
     assert model.attempts == 1 and refused.value.agent_caused
-    server.push(Reply(status=401))
+
+
+def test_an_unauthorised_request_is_not_the_agent_s_doing(model_factory, server):
+    server.push(Reply(status=401), Reply(text="never sent"))
     with pytest.raises(InfrastructureError, match="401") as unauthorised:
         run(model_factory().complete(ChatRequest([Message("user", "hi")])))
     assert not unauthorised.value.agent_caused
