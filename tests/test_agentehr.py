@@ -141,6 +141,9 @@ def test_f1_best_at_k_and_the_taxonomy():
     assert interaction_errors(loop, ["a"])["single_tool_loop"] == 1
     assert interaction_errors([("nope", {}, "Error: Unknown tool 'nope'.")], ["a"])["tool_usage_error"] == 1
     assert interaction_errors([("finish", {}, "Error: malformed tool call: bad JSON")], ["a"])["tool_usage_error"] == 1
+    missing = "Error: Column 'foo' not found in table 'labevents'."          # bad arguments: the paper's appendix E
+    assert interaction_errors([("get_records_by_value", {}, missing)], ["a"])["tool_usage_error"] == 1
+    assert interaction_errors([("think", {}, "Thinking Finish")], ["a"])["tool_usage_error"] == 0
     loads = [("load_ehr", {"subject_id": "1"}, "Loading")] + [("get_latest_records", {"table_name": "x"}, "")] * 4
     assert interaction_errors(loads, ["a"])["tool_repeat"] == 0            # the agent's own load is not the model's
     assert interaction_errors([("think", {"response": "x"}, "")], ["a"])["no_candidate_tool"] == 1
@@ -165,17 +168,20 @@ def test_react_loads_first_finishes_with_a_list_and_turns_text_into_think(world)
     sample = world[1]["transfers"][0]
     tools = _tools(world, sample)
     subject = str(sample["subject_id"])
-    model = ScriptModel(_call("get_table_names", subject_id=subject), ChatResponse(text="Let me think."),
+    model = ScriptModel(_call("get_table_names", subject_id=subject), *[ChatResponse(text="Let me think.")] * 5,
                         _call("finish", response=["Medicine", "Surgery"]))
     agent = ReActAgent(model, sample["subject_id"], sample["prediction_time"])
     record = run(run_trial("k", 0, agent, None, tools, lambda r: asyncio.sleep(0, 0.0),
                            opening=first_message("transfers", sample["subject_id"], sample["prediction_time"])))
     names = [m["tool_call"]["name"] for m in record.messages if m.get("tool_call")]
-    assert names == ["load_ehr", "get_table_names", "think"]
-    assert json.loads(record.messages[-1]["content"]) == ["Medicine", "Surgery"]
+    assert names == ["load_ehr", "get_table_names", "think"]       # five replies without a call, one think step
+    assert len(model.requests) == 7 and all(r.messages == model.requests[1].messages for r in model.requests[1:6])
+    assert record.messages[-1]["content"] == "['Medicine', 'Surgery']"      # str(response), as the original kept it
     assert record.messages[0]["content"].startswith("<agent_instruction>")
     assert f"Patient Subject ID: {sample['subject_id']}" in record.messages[0]["content"]
-    assert {t["name"] for t in model.requests[0].tools} == set(PAPER_TOOLS)
+    offered = {t["name"] for t in model.requests[0].tools}                  # knowledge off: MedRAG cannot ship
+    assert offered == {t for t in PAPER_TOOLS if not t.startswith("retrieve_")} and len(offered) == 15
+    assert {t["name"] for t in ReActAgent(model, 1, "2150-01-01 00:00:00", knowledge=True).tools} == set(PAPER_TOOLS)
 
 
 def test_an_observation_repeated_five_times_forces_the_finish(world):
@@ -189,22 +195,22 @@ def test_an_observation_repeated_five_times_forces_the_finish(world):
     last = model.requests[-1]                                        # six alike: the original's max_same_steps 5
     assert len(model.requests) == 7 and [t["name"] for t in last.tools] == ["finish"]
     assert "MAX_TURNS_REACHED" in last.messages[-1].content
-    assert json.loads(record.messages[-1]["content"]) == ["Medicine"]
+    assert record.messages[-1]["content"] == "['Medicine']"
 
 
 def test_finish_answers_as_the_original_read_them_and_empty_replies_think(world):
     from ehrbench.benchmarks.agentehr.agent import answer
 
-    assert json.loads(answer(["A", "B"]).content) == ["A", "B"]
-    assert json.loads(answer('["A", "B"]').content) == ["A", "B"]          # a list sent as a JSON string
-    assert json.loads(answer([{"name": "A"}, {"name": "B"}]).content) == ["A", "B"]
-    assert json.loads(answer("Medicine").content) == ["Medicine"] and json.loads(answer(None).content) == []
+    assert answer(["A", "B"]).content == "['A', 'B']"                       # str(response), as MCPAgent kept it
+    assert answer('["A", "B"]').content == '["A", "B"]'
+    assert answer([{"name": "A"}]).content == "[{'name': 'A'}]"
+    assert answer("Medicine").content == "Medicine" and answer(None).content == "[]"
     sample = world[1]["transfers"][0]
-    model = ScriptModel(ChatResponse(text=""), _call("finish", response='["Medicine"]'))
+    model = ScriptModel(*[ChatResponse(text="")] * 5, _call("finish", response='["Medicine"]'))
     agent = ReActAgent(model, sample["subject_id"], sample["prediction_time"])
     record = run(run_trial("k", 0, agent, None, _tools(world, sample), lambda r: asyncio.sleep(0, 0.0), opening="q"))
     assert [m["tool_call"]["name"] for m in record.messages if m.get("tool_call")] == ["load_ehr", "think"]
-    assert json.loads(record.messages[-1]["content"]) == ["Medicine"]
+    assert record.messages[-1]["content"] == '["Medicine"]'
 
 
 def test_the_context_slides_past_its_cap_keeping_the_start_and_the_summary():
@@ -303,7 +309,7 @@ def test_summaries_every_ten_steps_reset_or_keep_the_context(world, mode):
                              every=10)
     record = run(run_trial("k", 0, agent, None, tools, lambda r: asyncio.sleep(0, 0.0),
                            opening=first_message("transfers", sample["subject_id"], sample["prediction_time"])))
-    assert json.loads(record.messages[-1]["content"]) == ["Medicine"]
+    assert record.messages[-1]["content"] == "['Medicine']"
     [summary_request] = summarizer.requests                          # once: after step 9
     prompt = summary_request.messages[0].content
     assert prompt.startswith("You are an expert at analyzing conversation history") and "Conversation History" in prompt

@@ -154,14 +154,16 @@ class RunOptions:
 class TrialLimits:
     """The generic limits every benchmark conf carries."""
     max_steps: int = field(default=30, metadata=rule(int, low=1))
-    time_limit_s: float = field(default=600.0, metadata=rule(float, above=0))
+    time_limit_s: float | None = field(default=600.0, metadata=rule(float, above=0, nullable=True))   # null: none
     max_observation_chars: int = field(default=50_000, metadata=rule(int, low=100))
 
     def __post_init__(self):
         _check(self, "benchmark", "conf/benchmark/*.yaml")
 
     def limits(self) -> Limits:
-        return Limits(self.max_steps, float(self.time_limit_s), self.max_observation_chars)
+        unlimited = self.time_limit_s is None          # the original had none: steps alone bound the trial
+        return Limits(self.max_steps, float("inf") if unlimited else float(self.time_limit_s),
+                      self.max_observation_chars)
 
 
 @dataclass(frozen=True)

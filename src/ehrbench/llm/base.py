@@ -80,6 +80,7 @@ class ChatRequest:
     seed: int | None = None
     max_tokens: int | None = None
     top_p: float | None = None            # nucleus sampling, where a benchmark's original sets it
+    presence_penalty: float | None = None  # likewise (AgentEHR's scripts send 1.0 to vLLM-served models)
     response_schema: "OutputSchema | None" = None   # structured output: the reply is JSON of this schema
 
 

@@ -20,8 +20,9 @@ def request_key(provider: str, model: str, request: ChatRequest) -> str:
                "temperature": request.temperature, "seed": request.seed, "max_tokens": request.max_tokens,
                "response_schema": asdict(request.response_schema) if request.response_schema else None,
                "messages": [asdict(m) for m in request.messages]}
-    if request.top_p is not None:          # only then: keys of calls without it stay as they were
-        payload["top_p"] = request.top_p
+    for extra in ("top_p", "presence_penalty"):     # only when set: keys of calls without them stay as they were
+        if getattr(request, extra) is not None:
+            payload[extra] = getattr(request, extra)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -64,7 +64,9 @@ class OpenAICompatibleModel(ChatModel):
                 "name": schema.name, "schema": schema.json_schema(), "strict": True}}
         temperature = request.temperature if self.supports_temperature else None
         top_p = request.top_p if self.supports_temperature else None
-        for key, value in (("temperature", temperature), ("top_p", top_p), ("seed", request.seed),
+        for key, value in (("temperature", temperature), ("top_p", top_p),
+                           ("presence_penalty", request.presence_penalty if self.supports_temperature else None),
+                           ("seed", request.seed),
                            ("max_completion_tokens", request.max_tokens)):
             if value is not None:
                 kwargs[key] = value

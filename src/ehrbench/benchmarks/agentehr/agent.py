@@ -3,10 +3,11 @@
 The first user message is the original's: `<agent_instruction>` with its base instruction, then the task's
 instruction and the patient's subject id and current time (`prompts.yaml`, copied from the public code). The agent
 loads the EHR itself as step 0 (a load_ehr call the model did not make, as the original inserts it), then the model
-makes one tool call per step; `finish(response=[...])` ends the trial with that list as the answer (JSON). A reply
-with no tool call (even an empty one) becomes a `think` call with its text, as the original turns it into a think
-action. At most `max_turns` (100) steps; the same observation repeated five times running also stops ReAct (the
-original's max_same_steps); then, as the original's forced termination, the termination instruction is sent with
+makes one tool call per step; `finish(response=[...])` ends the trial with `str(response)` as the answer. A reply
+with no tool call (even an empty one) is asked for again, the same request, up to five calls in all (the original's
+llm_layer); the fifth's text becomes a `think` call, as the original turns it into a think action. At most
+`max_turns` (100) steps; the same observation repeated five times running also stops ReAct (the original's
+max_same_steps); then, as the original's forced termination, the termination instruction is sent with
 `finish` as the only tool. The context is a sliding window: past the paper's 64,000-token cap (less the reply's
 budget and the tools' schemas; 3 characters a token) the oldest steps are dropped. With the evolving memory
 (`memory.Recall`), the retrieved experience is appended to the first user message from the first model call on.
@@ -29,6 +30,7 @@ from .tasks import CANDIDATE_TABLES
 from .tools import SPECS
 
 MAX_TURNS = 100
+ASKS = 5                      # model calls for one step while the reply has no tool call (the original's max_try)
 MAX_SAME = 5                  # repeats of one observation (6 alike in a row) that stop ReAct
 MAX_CONTEXT_TOKENS = 64_000   # the paper's context cap
 OUTPUT_TOKENS = 4_096         # kept free for the reply, with the original's 1,000-token margin
@@ -52,17 +54,10 @@ def first_message(task: str, subject_id: int, current_time: str) -> str:
 
 
 def answer(response) -> Message:
-    """finish's `response` as the trial's answer, a JSON list of names. The original scored `str(response)`: a list
-    (of names, or of dicts: each dict's first value), or a string holding one, or else one name."""
-    from .scoring import parse_prediction
-
-    if isinstance(response, str) and not response.strip().startswith(("[", "```")):
-        names = [response]
-    elif isinstance(response, (str, list)):
-        names = parse_prediction(response if isinstance(response, str) else json.dumps(response, default=str))
-    else:
-        names = [] if response is None else [response]
-    return Message("assistant", json.dumps([str(n) for n in names], ensure_ascii=False))
+    """finish's `response` as the trial's answer: `str(response)`, as the original's MCPAgent kept it (a list as
+    Python prints it); the benchmark reads the names out of it as its contract says (`scoring.py`)."""
+    return Message("assistant", "[]" if response is None else response if isinstance(response, str) else
+                   str(response))
 
 
 def window(conversation: list[Message], max_chars: int) -> list[Message]:
@@ -95,10 +90,13 @@ def load_call(subject_id: int, current_time: str) -> Message:
 
 class ReActAgent:
     def __init__(self, model: MeteredModel, subject_id: int, current_time: str, temperature: float = 0.0,
-                 seed: int | None = None, max_turns: int = MAX_TURNS, recall=None):
+                 seed: int | None = None, max_turns: int = MAX_TURNS, recall=None, sampling: dict | None = None,
+                 knowledge: bool = False):
         self.model, self.subject_id, self.current_time = model, subject_id, current_time
+        self.sampling = dict(sampling or {})      # top_p / presence_penalty where the original sends them (vLLM)
         self.temperature, self.seed, self.max_turns = temperature, seed, max_turns
-        self.tools = [s for s in SPECS if s["name"] != "load_ehr"]
+        self.tools = [s for s in SPECS if s["name"] != "load_ehr"              # knowledge: the retrieve_* tools too
+                      and (knowledge or not s["name"].startswith("retrieve_"))]
         self.max_context_chars = CHARS_PER_TOKEN * (MAX_CONTEXT_TOKENS - OUTPUT_TOKENS - 1000) - \
             len(json.dumps(self.tools))
         self.recall = recall                 # the evolving memory (memory.Recall): asked once, after the load
@@ -130,14 +128,17 @@ class ReActAgent:
         conversation = window(self._with_experience(self.conversation(history)), self.max_context_chars) + \
             ([Message("user", prompts()["termination_instruction"])] if forced else [])
         tools = [s for s in self.tools if s["name"] == "finish"] if forced else self.tools
-        response = await self.model.complete(ChatRequest(conversation, tools=tools, temperature=self.temperature,
-                                                         seed=self.seed))
+        for _ in range(ASKS):             # a reply without a call is asked for again, the same request, as the
+            response = await self.model.complete(ChatRequest(      # original's llm_layer does (max_try 5)
+                conversation, tools=tools, temperature=self.temperature, seed=self.seed, **self.sampling))
+            if response.tool_calls:
+                break
         call = response.tool_calls[0] if response.tool_calls else None
         if call is not None and call.name == "finish" and not response.malformed:
             return answer(call.arguments.get("response"))
         if forced:
             return Message("assistant", response.text or "[]", finish_reason=response.finish_reason)
-        if call is None:                   # a reply without a call (even empty): a think step, as the original's
+        if call is None:                   # five replies without a call: the last becomes a think step
             call_id = f"call_{len(history)}"
             return Message("assistant", None, tool_call=ToolCall("think", {"response": response.text or ""}, call_id),
                            finish_reason=response.finish_reason, provider_parts=response.provider_parts)
@@ -190,8 +191,8 @@ class SummarizingAgent(ReActAgent):
 
     def __init__(self, model: MeteredModel, summarizer: MeteredModel, mode: str, task: str, subject_id: int,
                  current_time: str, temperature: float = 0.0, seed: int | None = None, max_turns: int = MAX_TURNS,
-                 every: int = SUMMARY_EVERY, recall=None):
-        super().__init__(model, subject_id, current_time, temperature, seed, max_turns, recall)
+                 every: int = SUMMARY_EVERY, recall=None, sampling: dict | None = None, knowledge: bool = False):
+        super().__init__(model, subject_id, current_time, temperature, seed, max_turns, recall, sampling, knowledge)
         if mode not in ("resum", "retrosum"):
             raise ValueError(f"summary mode {mode!r}: resum or retrosum")
         self.summarizer, self.mode, self.every = summarizer, mode, every
@@ -223,8 +224,8 @@ class SummarizingAgent(ReActAgent):
         template = p["summary_next"] if self.summary else p["summary_first"]
         prompt = (template.replace("{{{question}}}", question).replace("{{{recent_history_messages}}}", recent)
                   .replace("{{{last_summary}}}", self.summary or ""))
-        response = await self.summarizer.complete(ChatRequest([Message("user", prompt)],
-                                                              temperature=self.temperature, seed=self.seed))
+        response = await self.summarizer.complete(ChatRequest([Message("user", prompt)], temperature=self.temperature,
+                                                              seed=self.seed, **self.sampling))
         if (response.text or "").strip():
             self.summary, self.at = response.text.strip(), len(history)
 

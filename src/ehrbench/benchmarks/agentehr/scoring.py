@@ -37,8 +37,49 @@ def parse_prediction(text: str | None) -> list[str]:
     return []
 
 
-def f1(predicted: list[str], labels: list[str]) -> dict[str, float]:
-    pred = {p.strip().lower() for p in predicted if p and p.strip()}
+def parse_original(text: str | None) -> list[str]:
+    """`finish`'s answer as the original's f1_score (src/test.py) read `str(response)`: inside a ```json fence if
+    there is one, the first, shortest `[...]`, its backslashes removed, read as a list (the original eval()'d it; a
+    literal reader reads the same lists and runs nothing). A list whose first item is a string gives its items, one
+    whose first item is a dict each dict's first value; a bare name, an empty or nested list, a list of numbers or
+    text with no brackets gives nothing. Names are kept as written (the original stripped only the labels). A list
+    mixing names with other values crashed the original's whole evaluation; here it reads as nothing."""
+    if not text:
+        return []
+    fenced = re.search(r"```json\s*(.*?)\s*```", text, flags=re.S)
+    body = fenced.group(1) if fenced else text
+    first = re.search(r"\[(.*?)\]", body, flags=re.S)
+    if first is None:
+        return []
+    try:
+        value = ast.literal_eval(first.group(0).replace("\\", "")) if len(first.group(0)) < 100_000 else None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return []
+    if not isinstance(value, list) or not value:
+        return []
+    if isinstance(value[0], str):
+        names = value
+    elif isinstance(value[0], dict):
+        names = [next(iter(v.values()), None) if isinstance(v, dict) else None for v in value]
+    else:
+        return []
+    return list(names) if all(isinstance(n, str) for n in names) else []
+
+
+def parse_ehrbench(text: str | None) -> list[str]:
+    """ehrbench's reading (`benchmark.contract=ehrbench`): a list anywhere in the answer (JSON or a Python literal,
+    the whole of it, brackets inside names kept), or else the whole answer as one name."""
+    if text is None or not text.strip() or text.strip() == "None":
+        return []
+    if not text.strip().startswith(("[", "```")):
+        return [text.strip()]
+    return parse_prediction(text)
+
+
+def f1(predicted: list[str], labels: list[str], strip: bool = True) -> dict[str, float]:
+    """Set F1, case-insensitive; `strip=False` is the original's (labels stripped, predictions not: " Sepsis "
+    misses)."""
+    pred = {(p.strip() if strip else p).lower() for p in predicted if p and p.strip()}
     gold = {g.strip().lower() for g in labels if g and g.strip()}
     hit = len(pred & gold)
     if not pred or not gold or not hit:
@@ -69,8 +110,8 @@ def interaction_errors(calls: list[tuple[str, dict, str]], predicted: list[str])
     no prediction; tool repeat (the same tool and arguments 5 calls running); single-tool loop (the same tool 10
     calls running with arguments > 0.95 similar, Ratcliff-Obershelp); multi-tool cyclic loop (more than 15 calls
     each > 0.95 similar to an earlier call of the same tool, not all one tool); tool usage error (an unknown tool or
-    bad arguments, or a malformed call); no candidate tool (no candidate search before answering). load_ehr, which
-    the agent makes itself, is not counted."""
+    bad arguments: a column or table that is not there, a malformed call); no candidate tool (no candidate search
+    before answering). load_ehr, which the agent makes itself, is not counted."""
     calls = [(name, json.dumps(args, sort_keys=True, default=str), obs) for name, args, obs in calls
              if name != "load_ehr"]                           # the agent's own first step, not the model's
     out = dict.fromkeys(ERRORS, 0)
@@ -88,7 +129,7 @@ def interaction_errors(calls: list[tuple[str, dict, str]], predicted: list[str])
     similar = sum(1 for i, c in enumerate(calls)
                   if any(p[0] == c[0] and _similar(p[1], c[1]) for p in calls[:i]))
     out["multi_tool_cyclic_loop"] = int(similar > 15 and len({c[0] for c in calls}) > 1)
-    usage = ("Error: Unknown tool", "Error executing tool", "Error: malformed")
+    usage = ("Error: Unknown tool", "Error executing tool", "Error: malformed", "Error: Column", "Error: Table")
     out["tool_usage_error"] = int(any(o.startswith(usage) for _, _, o in calls))
     out["no_candidate_tool"] = int(bool(predicted) and not any(c[0].startswith("get_candidates_by") for c in calls))
     return out

@@ -18,6 +18,7 @@ Observations are cut to their last 8,000 characters by the agent (`agent.py`), a
 from __future__ import annotations
 
 import functools
+import re
 import sqlite3
 import uuid
 from pathlib import Path
@@ -38,6 +39,28 @@ SEMANTIC_LIMIT, SEMANTIC_THRESHOLD = 5, 0.5
 def _table(columns, rows) -> str:
     return pandas.DataFrame([["nan" if v is None else v for v in r] for r in rows],
                             columns=columns).to_string(index=False)
+
+
+def _served(columns, rows) -> "pandas.DataFrame":
+    """A table as the original's EHR server hands it to a keyword search: every column as text (`astype(str)`), so
+    numbers, dates and ids are searched too, a NULL number reads 'nan' and a NULL text 'None'."""
+    typed = pandas.DataFrame([list(r) for r in rows], columns=columns)    # which columns pandas reads as numbers
+    text = {}
+    for i, c in enumerate(columns):
+        number = pandas.api.types.is_numeric_dtype(typed.iloc[:, i])
+        text[c] = [("nan" if number else "None") if r[i] is None else str(float(r[i]) if number and
+                   isinstance(r[i], int) and typed.iloc[:, i].dtype.kind == "f" else r[i]) for r in rows]
+    return pandas.DataFrame(text, columns=columns, dtype=object)
+
+
+def _keyword_rows(frame: "pandas.DataFrame", keyword) -> "pandas.DataFrame":
+    """The original's match: any cell containing the keyword, case-insensitive, as a regular expression
+    (`str.contains`): '509' finds itemid 50912, '.' every row; a pattern Python cannot read raises re.error."""
+    needle = str(keyword).lower()
+    hit = pandas.Series(False, index=frame.index)
+    for column in frame.columns:
+        hit |= frame[column].str.lower().str.contains(needle, na=False)
+    return frame[hit]
 
 
 def _time(text: str) -> str:
@@ -79,6 +102,8 @@ class AgentEhrTools:
     # --- plumbing ---------------------------------------------------------------------------------------------
     async def call(self, name: str, arguments: dict) -> str:
         method = getattr(self, f"tool_{name}", None)
+        if name.startswith("retrieve_") and self.knowledge is None:      # not offered: the corpus is off
+            method = None
         if method is None:
             return f"Error: Unknown tool '{name}'."
         try:
@@ -226,11 +251,13 @@ class AgentEhrTools:
         if err := self._patient(subject_id) or self._ehr_table(table_name, "get_records_by_keyword"):
             return err
         columns, rows = await self._rows(table_name)
-        needle = str(keyword).lower()
-        found = [r for r in rows if any(isinstance(v, str) and needle in v.lower() for v in r)]
-        if not found:
+        try:
+            found = _keyword_rows(_served(columns, rows), keyword)
+        except re.error as e:
+            return f"Error executing tool get_records_by_keyword: {e}"
+        if found.empty:
             return f"No records found in table '{table_name}' containing the keyword '{keyword}'."
-        return _table(columns, found)
+        return found.to_string(index=False)
 
     async def tool_get_records_by_value(self, subject_id: str, table_name: str, column_name: str, value: str) -> str:
         if err := self._patient(subject_id) or self._ehr_table(table_name, "get_records_by_value"):
@@ -264,14 +291,14 @@ class AgentEhrTools:
         if found is None:
             return f"Error: Table '{table_name}' not found in EHR table list: {sorted(self.candidates)}."
         columns, rows = found
-        needle, seen, out = str(keyword).lower(), set(), []
-        for r in rows:
-            if any(isinstance(v, str) and needle in v.lower() for v in r) and r[0] not in seen:
-                seen.add(r[0])
-                out.append(r)
-        if not out:
-            return f"No candidates found in table '{table_name}' containing the keyword '{keyword}'."
-        return _table(columns, out)
+        try:
+            key = "candidate" if "candidate" in columns else columns[0]
+            hits = _keyword_rows(_served(columns, rows), keyword).drop_duplicates(subset=[key])
+        except re.error as e:
+            return f"Error executing tool get_candidates_by_keyword: {e}"
+        if hits.empty:
+            return f"No records found in table '{table_name}' containing the keyword '{keyword}'."
+        return hits.to_string(index=False)
 
     async def tool_get_candidates_by_fuzzy_matching(self, table_name: str, keywords) -> str:
         from rapidfuzz import fuzz
