@@ -115,3 +115,21 @@ def test_no_time_limit_as_the_original_and_a_bad_one_is_refused():
     assert TrialLimits(time_limit_s=90).limits().time_limit_s == 90.0
     with pytest.raises((ConfigurationError, ValueError), match="time_limit_s"):
         TrialLimits(time_limit_s=-1)
+
+
+def test_the_tools_are_declared_as_the_public_code_declares_them():
+    """Names, descriptions, parameter descriptions and types word for word (`data/tools.yaml`, from the public
+    code's @mcp.tool declarations): the longer texts the model reads, a string or a list where the original takes
+    either; the knowledge tools say they are a substitute."""
+    from ehrbench.benchmarks.agentehr.tools import PAPER_TOOLS, SPECS
+
+    specs = {s["name"]: s for s in SPECS}
+    assert len(PAPER_TOOLS) == 19 and "load_ehr" in specs and "read_resource_data" not in specs
+    assert specs["get_records_by_keyword"]["description"].endswith(
+        "It is useful for finding the record without specific the column name. Not that this tool cannot be used to "
+        "search from Candidate Tables.")
+    fuzzy = specs["get_candidates_by_fuzzy_matching"]["parameters"]["properties"]["keywords"]
+    assert [t.get("type") for t in fuzzy["anyOf"]] == ["string", "array"]
+    assert specs["finish"]["parameters"]["properties"]["response"]["type"] == "array"
+    assert specs["retrieve_pubmed"]["description"].endswith("(ehrbench: a substitute corpus built from the benchmark "
+                                                           "world's vocabulary.)")

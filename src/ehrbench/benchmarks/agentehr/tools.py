@@ -361,76 +361,28 @@ class AgentEhrTools:
             self.tables = None
 
 
-def _spec(name: str, description: str, **params: tuple[str, str]) -> dict:
-    """A tool's schema for the model; params: name -> (JSON type, description)."""
-    props = {}
-    for p, (kind, text) in params.items():
-        props[p] = ({"type": "array", "items": {"type": "string"}, "description": text} if kind == "array"
-                    else {"type": kind, "description": text})
-    return {"name": name, "description": description,
-            "parameters": {"type": "object", "properties": props, "required": list(params)}}
+_TYPES = {"string": {"type": "string"}, "array": {"type": "array", "items": {"type": "string"}},
+          "string_or_array": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}}
+KNOWLEDGE_NOTE = " (ehrbench: a substitute corpus built from the benchmark world's vocabulary.)"
 
 
-SUBJECT = ("string", "The unique identifier for the patient (e.g., '10000032').")
-TABLE = ("string", "The name of the table.")
-TIME_ARG = "'YYYY-MM-DD HH:MM:SS' or 'YYYY-MM-DD' format."
-# the original's descriptions (src/agentlite/mcp_tools/*.py), knowledge ones marked as the substitute they are
-SPECS = [
-    _spec("load_ehr", "Load the ehr data for the given subject_id and current_timestamp. This action should be taken "
-          "once at the beginning of each task.", subject_id=SUBJECT,
-          timestamp=("string", "The current timestamp in 'YYYY-MM-DD HH:MM:SS' format (e.g., '2150-12-01 10:00:00').")),
-    _spec("think", "Designed to synthesize information gathered from preceding operations and to articulate the "
-          "necessary subsequent actions. This tool must be invoked after every tool call to guarantee the logical "
-          "continuity and coherence of the inferential chain.", response=("string", "Your reasoning.")),
-    _spec("finish", "The final step in the reasoning process. Used only when all necessary data has been retrieved "
-          "and the clinical prediction is ready. The output MUST be a list of strings, where each string represents "
-          "a plausible prediction or synthesized finding.", response=("array", "The predictions.")),
-    _spec("get_records_by_time", "Finds records in a EHR Table that fall within a given time range. This is useful "
-          "for getting detailed event data for a specific period. Not that this tool cannot be used to search from "
-          "Candidate Tables.", subject_id=SUBJECT, table_name=TABLE, start_time=("string", TIME_ARG),
-          end_time=("string", TIME_ARG)),
-    _spec("get_event_counts_by_time", "Calculates the number of events in all EHR Tables that fall within a given "
-          "time range. This is useful for summarizing activity frequency.", subject_id=SUBJECT,
-          start_time=("string", TIME_ARG), end_time=("string", TIME_ARG)),
-    _spec("get_latest_records", "Finds the latest timestamp and returns all EHR Table that share that same timestamp "
-          "in EHR Table.", subject_id=SUBJECT, table_name=TABLE),
-    _spec("get_records_by_keyword", "Searches for all text-based columns of the specific EHR Table containing a "
-          "specific keyword.", subject_id=SUBJECT, table_name=TABLE, keyword=("string", "The keyword.")),
-    _spec("get_records_by_value", "Finds records in a EHR Table where a given column's value is exact match for the "
-          "keyword.", subject_id=SUBJECT, table_name=TABLE, column_name=("string", "The column."),
-          value=("string", "The value.")),
-    _spec("run_sql_query", "Executes a standard SQL query against the patient's EHR Table. All available tables "
-          "(e.g., 'labevents', 'admissions') are automatically loaded as SQL tables. Use this for complex filtering, "
-          "joins, aggregations, or finding trends across multiple tables.", subject_id=SUBJECT,
-          sql_query=("string", "The SQL query.")),
-    _spec("get_unique_values", "Retrieves all unique values from a specified categorical column in an EHR table. "
-          "This is essential for understanding the specific vocabulary, codes, or flags used in the database (e.g., "
-          "checking available options for 'admission_type' or 'flag').", subject_id=SUBJECT, table_name=TABLE,
-          column_name=("string", "The column.")),
-    _spec("get_candidates_by_keyword", "Searches for all text-based columns of the specific Candidate Table "
-          "containing a specific keyword, like the code index or the item name.", table_name=TABLE,
-          keyword=("string", "The keyword.")),
-    _spec("get_candidates_by_fuzzy_matching", "Finds similar items in a Candidate Table based on fuzzy matching.",
-          table_name=TABLE, keywords=("array", "One or more keywords.")),
-    _spec("get_candidates_by_semantic_similarity", "Performs semantic search using sentence embeddings to find "
-          "semantically similar unique entities in a specified Candidate Table. Returns distinct entities ranked by "
-          "semantic similarity, avoiding duplicates.", table_name=TABLE, query=("array", "One or more queries.")),
-    _spec("get_column_names", "Retrieves all column names for a specified table. This is essential for understanding "
-          "the data contained within a table and planning subsequent actions.", subject_id=SUBJECT,
-          table_name=TABLE),
-    _spec("get_table_names", "Retrieves the names of all available tables in the database, categorized into EHR "
-          "tables and candidates tables.", subject_id=SUBJECT),
-    _spec("get_table_description", "Retrieve EHR table description and column information from the hospital "
-          "database schema based on table name in a concise, readable format.", table_name=TABLE),
-    *[_spec(f"retrieve_{name}", f"{text} (ehrbench: a substitute corpus built from the benchmark world's "
-            "vocabulary.)", query=("string", "The query."))
-      for name, text in (("pubmed", "Retrieve abstract of relevant biomedical documents from PubMed corpus given a "
-                                    "query."),
-                         ("textbooks", "Retrieve domain specific knowledge from medical textbooks corpus given a "
-                                       "query."),
-                         ("statpearls", "Retrieve clinical decision support from StatPearls corpus given a query."),
-                         ("wikipedia", "Retrieve general knowledge from Wikipedia corpus given a query."))],
-]
+def _specs() -> list[dict]:
+    """The tools' schemas for the model, from the public code's own declarations (`data/tools.yaml`: names,
+    descriptions, parameter descriptions and types word for word); the knowledge tools say they are a substitute."""
+    from importlib import resources
+
+    import yaml
+
+    declared = yaml.safe_load(resources.files("ehrbench.benchmarks.agentehr.data").joinpath("tools.yaml").read_text())
+    return [{"name": t["name"],
+             "description": t["description"] + (KNOWLEDGE_NOTE if t["name"].startswith("retrieve_") else ""),
+             "parameters": {"type": "object",
+                            "properties": {p: {**_TYPES[d["type"]], "description": d["description"]}
+                                           for p, d in t["parameters"].items()},
+                            "required": list(t["parameters"])}} for t in declared]
+
+
+SPECS = _specs()
 PAPER_TOOLS = [s["name"] for s in SPECS if s["name"] != "load_ehr"]     # the paper's 19
 MAX_OUTPUT = 8000
 
