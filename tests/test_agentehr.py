@@ -374,3 +374,77 @@ def test_patients_go_to_their_shard_and_views_close_however_the_trial_ends(ray_c
                                                     limits=Limits(max_steps=limit))))
         assert record.termination == ("max_steps" if limit == 2 else "answered"), record.error
         assert [ray.get(h.call.remote("open_episodes")) for h in shards] == [0, 0]
+
+
+class Mutant:
+    """A scripted agent with one known defect: load_ehr (as every agent does first), then its replies in order (a
+    (name, arguments) pair is a tool call, an exception is raised, anything else is finish's response)."""
+
+    def __init__(self, sample, *replies):
+        from ehrbench.benchmarks.agentehr.agent import load_call
+
+        self.load = load_call(sample.subject_id, sample.prediction_time)
+        self.replies = list(replies)
+
+    async def act(self, history):
+        from ehrbench.benchmarks.agentehr.agent import answer
+        from ehrbench.trial import Message
+
+        if not any(m.is_tool_call for m in history):
+            return self.load
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(reply, tuple):
+            return Message("assistant", None, tool_call=ToolCall(reply[0], reply[1], f"c{len(history)}"))
+        return answer(reply)
+
+
+def test_mutants_score_and_err_as_the_original_s_rules_say(world):
+    """Each mutant's F1 and error flags follow from the original's test.py and the paper's taxonomy read on paper
+    (set arithmetic done here, not by ehrbench's scorer), through the benchmark's own episode and scorer."""
+    import yaml
+
+    from ehrbench.benchmark import Hosts, TrialSettings
+    from ehrbench.benchmarks.agentehr.benchmark import AgentEhrBenchmark, Sample
+    from ehrbench.llm.usage import UsageMeter
+
+    folder, samples = world
+    item = max(samples["diagnoses_ccs"], key=lambda s: len(s["label"]))
+    labels = list(dict.fromkeys(x["name"] for x in item["label"]))
+    assert len(labels) >= 2
+    sample = Sample("diagnoses_ccs", int(item["subject_id"]), item.get("hadm_id"), item["prediction_time"],
+                    tuple(labels), "common", str(folder), str(folder / "candidates.db"))
+    subject = str(sample.subject_id)
+    options = yaml.safe_load((ROOT / "conf" / "benchmark" / "agentehr.yaml").read_text())
+    bench = AgentEhrBenchmark(options)
+    search = ("get_candidates_by_keyword", {"table_name": "diagnoses_ccs_candidates", "keyword": labels[0]})
+    n = len(labels)
+    half = 2 * (1 / 1) * (1 / n) / (1 + 1 / n)            # one right name of n: P = 1, R = 1/n
+    mutants = {   # name: (replies, expected F1, the error flags expected set)
+        "right, after a candidate search": ([search, labels], 1.0, set()),
+        "right, never searched the candidates": ([labels], 1.0, {"no_candidate_tool"}),
+        "a bare name (the original read nothing)": ([search, labels[0]], 0.0, {"no_prediction"}),
+        "text around the list": ([search, f"Predictions: {labels}"], 1.0, set()),
+        "one name, padded (predictions are not stripped)": ([search, [f" {labels[0]} "]], 0.0, set()),
+        "one name of n": ([search, [labels[0]]], half, set()),
+        "the same call five times running": ([*[("get_table_names", {"subject_id": subject})] * 5, search, labels],
+                                             1.0, {"tool_repeat"}),
+        "a column that is not there": ([("get_records_by_value", {"subject_id": subject, "table_name": "admissions",
+                                                                  "column_name": "nope", "value": "x"}), search,
+                                        labels], 1.0, {"tool_usage_error"}),
+    }
+    hosts = Hosts(databases={})
+    for name, (replies, expected, flags) in mutants.items():
+        episode = bench.episode(sample, 0, hosts, TrialSettings(benchmark="agentehr", benchmark_options=options),
+                                UsageMeter(), 0)
+        record = run(run_trial(sample.key, 0, Mutant(sample, *replies), None, episode.tools, episode.score,
+                               opening="q"))
+        assert record.reward == pytest.approx(expected), name
+        raised = {k.split("/")[1] for k, v in record.score_parts.items() if k.startswith("error/") and v}
+        assert raised == flags, (name, raised)
+    episode = bench.episode(sample, 0, hosts, TrialSettings(benchmark="agentehr", benchmark_options=options),
+                            UsageMeter(), 0)
+    crashed = run(run_trial(sample.key, 0, Mutant(sample, search, RuntimeError("bug")), None, episode.tools,
+                            episode.score, opening="q"))
+    assert (crashed.termination, crashed.reward, crashed.valid) == ("agent_error", 0.0, True)   # counted, scored 0
