@@ -219,3 +219,38 @@ def test_without_interactive_coding_the_reply_after_one_execution_is_the_last():
     finally:
         loop.close()
     assert first.tool_call.name == "python" and last.tool_call is None and agent.unexecuted.arguments == cell.arguments
+
+
+def test_a_refused_helper_call_gives_the_original_s_fallback_text(tmp_path):
+    """The knowledge note and the debugger are the original's own calls, which never failed a question: a request
+    the provider refuses (a context overflow) gives their fallback text; a network failure is still re-run."""
+    from ehrbench.benchmarks.ehragent.agent import EhrAgent
+    from ehrbench.benchmarks.ehragent.prompts import DEBUGGER_FALLBACK, KNOWLEDGE_FALLBACK
+    from ehrbench.llm.base import ChatResponse
+    from ehrbench.trial import InfrastructureError, Message, ToolCall
+
+    class Refusing:
+        def __init__(self, agent_caused):
+            self.agent_caused = agent_caused
+
+        async def complete(self, request):
+            raise InfrastructureError("HTTP 400: context length exceeded", agent_caused=self.agent_caused)
+
+    class Chatbot:
+        async def complete(self, request):
+            return ChatResponse(tool_calls=[ToolCall("python", {"cell": "answer = 1"})])
+
+    tools = CodeInterface("ehrsql_mimic_iii", toy_database(tmp_path), {"cost": "COST"}, "q", "2105-12-31 23:59:00",
+                          Refusing(True), CellLimits(cpu_s=5, wall_s=20))
+    agent = EhrAgent(Chatbot(), Refusing(True), "ehrsql_mimic_iii", Memory([]))
+    loop = asyncio.new_event_loop()
+    try:
+        debugged = loop.run_until_complete(tools.call("python", {"cell": "answer = LoadDB('nope')"}))
+        loop.run_until_complete(agent.act([Message("user", "q?")]))
+        tools.debugger = Refusing(False)
+        with pytest.raises(InfrastructureError):
+            loop.run_until_complete(tools.call("python", {"cell": "answer = LoadDB('nope')"}))
+    finally:
+        loop.close()
+    assert debugged.endswith("Potential Reasons: " + DEBUGGER_FALLBACK)
+    assert KNOWLEDGE_FALLBACK in agent.opening

@@ -22,7 +22,7 @@ from ...agents.code_sandbox import CellLimits, CellResult, CodeSandbox
 from ...db.limits import QueryError
 from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
-from ...trial import Message
+from ...trial import InfrastructureError, Message
 from .prompts import DEBUGGER_FALLBACK, DEBUGGER_SYSTEM, prompts
 from .tasks import at_database_now
 
@@ -219,8 +219,14 @@ class CodeInterface:
         return content
 
     async def _debug(self, code: str, error_info: str) -> str:
-        """Rubber-duck debugging: one model call that lists the single most likely cause."""
+        """Rubber-duck debugging: one model call that lists the single most likely cause (temperature 0, top_p 0.95,
+        800 tokens); a request the provider refuses gives the original's fallback text, as its own call did."""
         prompt = prompts(self.db_id)["CodeDebugger"].format(question=self.question, code=code, error_info=error_info)
-        response = await self.debugger.complete(ChatRequest([Message("user", prompt)], system=DEBUGGER_SYSTEM,
-                                                            temperature=0.0, top_p=0.95, max_tokens=800))
+        try:
+            response = await self.debugger.complete(ChatRequest([Message("user", prompt)], system=DEBUGGER_SYSTEM,
+                                                                temperature=0.0, top_p=0.95, max_tokens=800))
+        except InfrastructureError as e:
+            if e.agent_caused:
+                return DEBUGGER_FALLBACK
+            raise
         return (response.text or "").strip() or DEBUGGER_FALLBACK
