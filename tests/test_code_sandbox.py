@@ -63,6 +63,21 @@ def test_a_runaway_loop_ends_at_its_cpu_limit(loop, sandbox):
     assert r.ended == "cpu_limit" and r.seconds < FAST.wall_s
 
 
+def test_time_the_harness_spends_serving_tools_is_not_the_cell_s_but_has_a_ceiling(loop, sandbox):
+    """Many cells reading one database queue at it: that wait is the harness's, so a cell whose tool call took
+    longer than its wall limit still finishes; a cell that keeps the harness busy past `tool_wall_factor` x wall_s
+    is stopped all the same."""
+    async def slow(tool, args):
+        await asyncio.sleep(2.5)
+        return [[1]]
+    ok = run(loop, sandbox, "answer = SQLInterpreter('select 1')", tools="tests.sandbox_tools", on_tool=slow,
+             limits=CellLimits(cpu_s=2, wall_s=1.5))
+    assert ok.ended == "ok" and ok.result == "[[1]]" and ok.seconds > 2.5
+    looping = run(loop, sandbox, "while True:\n    SQLInterpreter('select 1')", tools="tests.sandbox_tools",
+                  on_tool=slow, limits=CellLimits(cpu_s=2, wall_s=1.0, tool_wall_factor=2.0))
+    assert looping.ended == "wall_limit" and looping.seconds < 8
+
+
 def test_a_sleeping_cell_ends_at_its_wall_limit(loop, sandbox):
     r = run(loop, sandbox, "import time\ntime.sleep(60)", limits=CellLimits(cpu_s=2, wall_s=1.5))
     assert r.ended == "wall_limit" and r.seconds < 10

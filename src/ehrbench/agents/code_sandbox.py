@@ -40,7 +40,9 @@ _START_S = 60.0
 @dataclass(frozen=True)
 class CellLimits:
     cpu_s: float = 10.0            # CPU seconds (the kernel ends the cell past them)
-    wall_s: float = 30.0           # wall seconds, tool calls included (the worker kills the cell)
+    wall_s: float = 30.0           # wall seconds of the cell's own (the worker kills the cell); the time the harness
+                                   # spends serving its tool calls (a database queue) is not counted, up to
+    tool_wall_factor: float = 10.0  # this many wall_s of it: a cell looping on slow queries still ends
     memory_mb: int = 1024          # address space beyond what the host already maps
     file_mb: int = 16              # largest file the cell may write (in its own folder only)
     output_chars: int = 20_000     # print() output kept
@@ -158,8 +160,10 @@ class CodeSandbox:
                 send(self._control, request, [theirs.fileno()])
             theirs.close()
             reader, writer = await asyncio.open_unix_connection(sock=ours)
+            serving = {"done": 0.0, "since": None}      # the harness's time on the cell's tool calls
+            talk = asyncio.ensure_future(self._converse(reader, writer, on_tool, serving))
             try:
-                outcome = await asyncio.wait_for(self._converse(reader, writer, on_tool), limits.wall_s)
+                outcome = await self._within_wall(talk, started, limits, serving)
             except asyncio.TimeoutError:
                 await self._kill(cell)
                 return CellResult("wall_limit", seconds=time.monotonic() - started)
@@ -193,9 +197,30 @@ class CodeSandbox:
             self._pending.pop(cell, None)
             shutil.rmtree(scratch, ignore_errors=True)
 
+    @staticmethod
+    async def _within_wall(talk: asyncio.Future, started: float, limits: CellLimits, serving: dict) -> dict:
+        """The cell's outcome, or TimeoutError once its own wall time (the time the harness spent serving its tool
+        calls left out, up to `tool_wall_factor` x wall_s of it) passes `wall_s`. Many cells reading one database
+        queue there; that queue is the harness's, not the cell's."""
+        try:
+            while True:
+                now = time.monotonic()
+                served = serving["done"] + (now - serving["since"] if serving["since"] is not None else 0.0)
+                left = started + limits.wall_s + min(served, limits.tool_wall_factor * limits.wall_s) - now
+                if left <= 0:
+                    raise asyncio.TimeoutError
+                done, _ = await asyncio.wait({talk}, timeout=left)
+                if done:
+                    return talk.result()
+        finally:
+            if not talk.done():
+                talk.cancel()
+
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        on_tool: Callable[[str, list], Awaitable[Any]] | None) -> dict:
-        """Serve the cell's tool calls until it reports its end (or its socket closes)."""
+                        on_tool: Callable[[str, list], Awaitable[Any]] | None, serving: dict | None = None) -> dict:
+        """Serve the cell's tool calls until it reports its end (or its socket closes); `serving` accumulates the
+        time spent on them (`done`, and `since` while one is in flight)."""
+        serving = serving if serving is not None else {"done": 0.0, "since": None}
         calls: list[dict] = []
         while True:
             try:
@@ -209,7 +234,7 @@ class CodeSandbox:
                 return {**message, "tool_calls": calls}
             if message.get("op") != "tool" or "tool" not in message or not isinstance(message.get("args"), list):
                 return {"op": "closed", "tool_calls": calls}
-            t0 = time.monotonic()
+            t0 = serving["since"] = time.monotonic()
             try:
                 if on_tool is None:
                     raise ValueError(f"no tool named {message['tool']!r} here")
@@ -218,6 +243,8 @@ class CodeSandbox:
                 raise
             except Exception as e:  # noqa: BLE001 - the tool's error is the cell's exception
                 reply = {"error": str(e)}
+            finally:
+                serving["done"], serving["since"] = serving["done"] + time.monotonic() - t0, None
             calls.append({"tool": message["tool"], "args": message["args"], "t": t0, "dt": time.monotonic() - t0,
                           "error": reply.get("error")})
             try:
