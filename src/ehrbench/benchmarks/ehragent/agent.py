@@ -25,7 +25,7 @@ import Levenshtein
 from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
 from ...trial import InfrastructureError, Message, ToolCall
-from .prompts import (CHATBOT_SYSTEM, KNOWLEDGE_FALLBACK, KNOWLEDGE_SYSTEM, PYTHON_FUNCTION, initial_memory, prompts)
+from .prompts import CHATBOT_SYSTEM, KNOWLEDGE_FALLBACK, KNOWLEDGE_SYSTEM, PYTHON_FUNCTION, prompts
 from .tools import code_blocks
 
 MAX_EXECUTIONS = 10          # the user proxy's max_consecutive_auto_reply

@@ -164,7 +164,6 @@ class Plans:
                 + time_filter(self.time_column(kind), time))
 
     def _about_patient(self, q: str) -> str | None:
-        c = self.col
         if self.mimic:
             if m := re.fullmatch(r"what is the (?P<what>gender|date of birth) of patient (?P<pid>\d+)\?", q):
                 column = "GENDER" if m["what"] == "gender" else "DOB"
