@@ -46,6 +46,7 @@ class Reply:
     empty: bool = False                # HTTP 200 with no choices / no candidates
     block_reason: str | None = None    # Gemini: promptFeedback.blockReason and no candidates
     signature: str | None = None       # Gemini: a thoughtSignature on the part (base64)
+    message: str | None = None         # an error status's message (default: "injected <status>")
 
 
 @dataclass
@@ -145,7 +146,7 @@ class FakeLLMServer:
     def _render(reply: Reply, gemini: bool, body: dict) -> tuple[int, dict]:
         if reply.status != 200:
             names = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
-            error = {"code": reply.status, "message": f"injected {reply.status}",
+            error = {"code": reply.status, "message": reply.message or f"injected {reply.status}",
                      "status": names.get(reply.status, "UNKNOWN"), "type": "injected"}
             if reply.retry_delay:
                 error["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo",

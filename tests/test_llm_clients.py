@@ -98,11 +98,21 @@ def test_response_cache_reuses_identical_requests_only(server, monkeypatch, tmp_
 def test_bad_request_is_refused_without_retries_and_marked_as_the_requests_own_doing(model_factory, server):
     """HTTP 400 (a context overflow, a malformed conversation): not retried, marked agent_caused, so an agent's turn
     is scored (FIDELITY rule 4) while a user's or judge's call is re-run."""
-    server.push(Reply(status=400), Reply(text="never sent"))
+    overflow = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."
+    server.push(Reply(status=400, message=overflow), Reply(text="never sent"))
     model = model_factory()
     with pytest.raises(InfrastructureError, match="400") as refused:
         run(model.complete(ChatRequest([Message("user", "hi")])))
     assert model.attempts == 1 and refused.value.agent_caused
+
+
+def test_a_bad_request_about_anything_else_is_the_run_s_not_the_agent_s(model_factory, server):
+    """A 400 for a bad key or a parameter the provider does not take: not retried, and never scored as the agent's."""
+    server.push(Reply(status=400, message="API key not valid. Please pass a valid API key."), Reply(text="never"))
+    model = model_factory()
+    with pytest.raises(InfrastructureError, match="400") as refused:
+        run(model.complete(ChatRequest([Message("user", "hi")])))
+    assert model.attempts == 1 and not refused.value.agent_caused
 
 
 def test_an_unauthorised_request_is_not_the_agent_s_doing(model_factory, server):

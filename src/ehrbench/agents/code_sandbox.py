@@ -202,19 +202,23 @@ class CodeSandbox:
         """The cell's outcome, or TimeoutError once its own wall time (the time the harness spent serving its tool
         calls left out, up to `tool_wall_factor` x wall_s of it) passes `wall_s`. Many cells reading one database
         queue there; that queue is the harness's, not the cell's."""
+        cap = limits.tool_wall_factor * limits.wall_s
         try:
             while True:
                 now = time.monotonic()
                 served = serving["done"] + (now - serving["since"] if serving["since"] is not None else 0.0)
-                left = started + limits.wall_s + min(served, limits.tool_wall_factor * limits.wall_s) - now
+                left = started + limits.wall_s + min(served, cap) - now
                 if left <= 0:
                     raise asyncio.TimeoutError
-                done, _ = await asyncio.wait({talk}, timeout=left)
+                # while a call is served the deadline moves with the clock: wait until the cap could be reached
+                wait = left + max(0.0, cap - served) if serving["since"] is not None else left
+                done, _ = await asyncio.wait({talk}, timeout=wait)
                 if done:
                     return talk.result()
         finally:
             if not talk.done():
                 talk.cancel()
+                await asyncio.wait({talk}, timeout=5.0)     # its tool call unwound before the cell is reported
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         on_tool: Callable[[str, list], Awaitable[Any]] | None, serving: dict | None = None) -> dict:

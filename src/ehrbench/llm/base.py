@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -58,12 +59,20 @@ class ModelTurnError(Exception):
         self.usage = usage
 
 
-REFUSED = (400, 413, 422)      # HTTP statuses that refuse what a request holds (not auth, not a missing model)
+REFUSED = (400, 413, 422)      # HTTP statuses that may refuse what a request holds (not auth, not a missing model)
+_OVERFLOW = re.compile(r"context|too (long|large|many tokens)|maximum.{0,40}tokens|token (count|limit)|exceed",
+                       re.IGNORECASE)
+
+
+def refused_for_size(status: int, message: str) -> bool:
+    """Whether a refusal is about what the conversation holds (its length): 413, or a 400 / 422 saying so. Other
+    400s (a bad key, a parameter the provider does not take) are the run's set-up, never the agent's doing."""
+    return status == 413 or (status in REFUSED and bool(_OVERFLOW.search(message or "")))
 
 
 class RequestRefused(Exception):
-    """The provider refused the request for what it holds (HTTP 400 / 413 / 422: a conversation over the context
-    window, a malformed message). Not retried (the same request gets the same refusal); `complete` raises it as an
+    """The provider refused the request for its size (a conversation over the context window: HTTP 413, or a 400 /
+    422 that says so). Not retried (the same request gets the same refusal); `complete` raises it as an
     `InfrastructureError` marked `agent_caused`, which an agent's turn turns into a scored failure."""
 
 

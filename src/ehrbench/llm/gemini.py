@@ -11,8 +11,8 @@ from google import genai
 from google.genai import errors, types
 
 from ..trial import Message, ToolCall
-from .base import (REFUSED, ChatModel, ChatRequest, ChatResponse, ConfigurationError, ModelTurnError, RequestRefused,
-                   RetryableError, Usage,
+from .base import (ChatModel, ChatRequest, ChatResponse, ConfigurationError, ModelTurnError, RequestRefused,
+                   RetryableError, Usage, refused_for_size,
                    retry_after_from_headers)
 
 try:  # google-genai moved its transport from httpx to httpx2; timeouts and dropped connections come from either
@@ -106,7 +106,7 @@ class GeminiModel(ChatModel):
             if e.code == 429 or (e.code or 0) >= 500:
                 raise RetryableError(f"HTTP {e.code}: {e.message}", gemini_retry_after(e),
                                      rate_limited=e.code == 429) from None
-            if e.code in REFUSED:
+            if refused_for_size(e.code or 0, e.message or ""):
                 raise RequestRefused(f"HTTP {e.code}: {e.message}") from None
             raise
         except TRANSIENT as e:

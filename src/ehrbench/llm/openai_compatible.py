@@ -11,8 +11,8 @@ import os
 import openai
 
 from ..trial import Message, ToolCall
-from .base import (REFUSED, ChatModel, ChatRequest, ChatResponse, ConfigurationError, ModelTurnError, RequestRefused,
-                   RetryableError, Usage,
+from .base import (ChatModel, ChatRequest, ChatResponse, ConfigurationError, ModelTurnError, RequestRefused,
+                   RetryableError, Usage, refused_for_size,
                    retry_after_from_headers)
 
 
@@ -81,7 +81,7 @@ class OpenAICompatibleModel(ChatModel):
             if e.status_code >= 500:
                 raise RetryableError(f"HTTP {e.status_code}: {e}", retry_after_from_headers(e.response.headers)) \
                     from None
-            if e.status_code in REFUSED:
+            if refused_for_size(e.status_code, str(e)):
                 raise RequestRefused(f"HTTP {e.status_code}: {e}") from None
             raise
         usage = Usage(reported=False)

@@ -141,7 +141,7 @@ class ReActAgent:
         if call is None:                   # five replies without a call: the last becomes a think step
             call_id = f"call_{len(history)}"
             return Message("assistant", None, tool_call=ToolCall("think", {"response": response.text or ""}, call_id),
-                           finish_reason=response.finish_reason, provider_parts=response.provider_parts)
+                           finish_reason=response.finish_reason)   # not the text's parts: they hold no call
         from ...agents.tool_calling import tool_call_message
 
         return tool_call_message(response, f"call_{len(history)}")

@@ -26,6 +26,8 @@ def parse_prediction(text: str | None) -> list[str]:
     for candidate in candidates:
         try:
             value = json.loads(candidate)
+        except RecursionError:                       # a list nested past Python's limit: nothing readable
+            return []
         except json.JSONDecodeError:
             try:
                 value = ast.literal_eval(candidate) if len(candidate) < 100_000 else None

@@ -47,9 +47,10 @@ def _served(columns, rows) -> "pandas.DataFrame":
     typed = pandas.DataFrame([list(r) for r in rows], columns=columns)    # which columns pandas reads as numbers
     text = {}
     for i, c in enumerate(columns):
-        number = pandas.api.types.is_numeric_dtype(typed.iloc[:, i])
-        text[c] = [("nan" if number else "None") if r[i] is None else str(float(r[i]) if number and
-                   isinstance(r[i], int) and typed.iloc[:, i].dtype.kind == "f" else r[i]) for r in rows]
+        kind = typed.iloc[:, i].dtype.kind                      # once per column
+        number, floats = kind in "iuf", kind == "f"
+        text[c] = [("nan" if number else "None") if r[i] is None else
+                   str(float(r[i]) if floats and isinstance(r[i], int) else r[i]) for r in rows]
     return pandas.DataFrame(text, columns=columns, dtype=object)
 
 

@@ -219,5 +219,8 @@ def tool_plan(db_id: str, question: str) -> str | None:
         return None
     if db_id not in _PLANS:
         _PLANS[db_id] = Plans(db_id)
-    return _PLANS[db_id].cell(question)
+    try:
+        return _PLANS[db_id].cell(question)
+    except (KeyError, ValueError):       # a template's words with a name or window it does not know: no plan
+        return None
 
