@@ -154,7 +154,7 @@ def nearest_in(index):
 
 
 # The fidelity contract (../FIDELITY.md): `original` reads finish's answer and scores F1 as the authors' test.py;
-# `ehrbench` reads a list anywhere in the answer, or the whole answer as one name, and strips predicted names.
+# `ehrbench` reads an answer that starts with a list as that list (whole), any other as one name, and strips names.
 CONTRACTS = ("original", "ehrbench")
 
 

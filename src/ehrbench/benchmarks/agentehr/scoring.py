@@ -69,8 +69,8 @@ def parse_original(text: str | None) -> list[str]:
 
 
 def parse_ehrbench(text: str | None) -> list[str]:
-    """ehrbench's reading (`benchmark.contract=ehrbench`): a list anywhere in the answer (JSON or a Python literal,
-    the whole of it, brackets inside names kept), or else the whole answer as one name."""
+    """ehrbench's reading (`benchmark.contract=ehrbench`): an answer that starts with a list (or a fence) is read
+    as that list, whole (JSON or a Python literal, brackets inside names kept); any other answer is one name."""
     if text is None or not text.strip() or text.strip() == "None":
         return []
     if not text.strip().startswith(("[", "```")):
