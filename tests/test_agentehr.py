@@ -23,7 +23,7 @@ from ehrbench.benchmarks.agentehr.tools import PAPER_TOOLS, AgentEhrTools, limit
 from ehrbench.benchmarks.agentehr.views import InProcess, PatientViews
 from ehrbench.llm.base import ChatResponse
 from ehrbench.schemas import WorldSpec, build_database
-from ehrbench.trial import ToolCall, run_trial
+from ehrbench.trial import Message, ToolCall, run_trial
 from ehrbench.world.generator import WorldSize
 
 from .conftest import mlflow_store
@@ -213,22 +213,66 @@ def test_finish_answers_as_the_original_read_them_and_empty_replies_think(world)
     assert record.messages[-1]["content"] == '["Medicine"]'
 
 
-def test_the_context_slides_past_its_cap_keeping_the_start_and_the_summary():
-    from ehrbench.benchmarks.agentehr.agent import window
-    from ehrbench.trial import Message
+class Refusing:
+    """A summarizer whose provider refuses the request for its size (the agent's doing)."""
 
-    def step(i):
-        return [Message("assistant", None, tool_call=ToolCall("think", {"response": str(i)}, f"c{i}")),
-                Message("tool", "x" * 1000, tool_call_id=f"c{i}")]
-    start = [Message("user", "task"), *step("load")]
-    summary = Message("user", "Below is a summary of the previous conversation")
-    conversation = start + step(1) + step(2) + [summary] + step(3) + step(4)
-    kept = window(conversation, 3500)
-    assert kept[:3] == start and summary in kept and kept[-2:] == conversation[-2:]
-    assert sum(len(m.content or "") for m in kept) <= 3500 + 100
-    calls = {m.tool_call.id for m in kept if m.tool_call}
-    assert all(m.tool_call_id in calls for m in kept if m.role == "tool")     # no result without its call
-    assert window(conversation, 10 ** 6) == conversation
+    def __init__(self):
+        self.requests = []
+
+    async def complete(self, request):
+        from ehrbench.trial import InfrastructureError
+
+        self.requests.append(request)
+        raise InfrastructureError("413: request too large", source="model", agent_caused=True)
+
+
+def test_the_cap_deletes_the_oldest_steps_for_good_and_the_summarizer_reads_what_is_left(world):
+    """Past the cap the oldest step after the load goes (a call with its result), for good, as the original deletes
+    messages[3] in place: the next model call and the summary prompt both lack it; the first message, the load, the
+    summary note and the newest step stay."""
+    from ehrbench.benchmarks.agentehr.agent import SummarizingAgent
+    from ehrbench.llm.tokens import Estimate
+
+    sample = world[1]["transfers"][0]
+    tools, subject = _tools(world, sample), str(sample["subject_id"])
+    tables = ("labevents", "chartevents", "admissions", "transfers", "services", "omr", "emar", "icustays",
+              "pharmacy", "prescriptions", "labevents", "chartevents")
+    model = ScriptModel(*[_call("get_records_by_keyword", subject_id=subject, table_name=t, keyword=f"zq{i}x")
+                          for i, t in enumerate(tables)], _call("finish", response=["Medicine"]))
+    summarizer = ScriptModel(ChatResponse(text="<summary>on a ward</summary>"),
+                             ChatResponse(text="<summary>qqlastqq</summary>"))
+    agent = SummarizingAgent(model, summarizer, "retrosum", "transfers", sample["subject_id"],
+                             sample["prediction_time"], every=10, tokens=Estimate())
+    counter = Estimate()
+    opening = first_message("transfers", sample["subject_id"], sample["prediction_time"])
+    start = counter.count([Message("user", opening)], agent.tools)
+    agent.max_context_tokens = start + 1300       # the opening, the load and about four short steps
+    record = run(run_trial("k", 0, agent, None, tools, lambda r: asyncio.sleep(0, 0.0), opening=opening))
+    assert record.messages[-1]["content"] == "['Medicine']"
+    for r in model.requests:          # under the cap, or nothing left to delete but the newest step
+        calls = [m for m in r.messages if m.tool_call]
+        assert counter.count(r.messages, r.tools) <= agent.max_context_tokens or len(calls) == 2, r.messages
+    keywords = [[m.tool_call.arguments.get("keyword") for m in r.messages if m.tool_call] for r in model.requests]
+    assert keywords[0] == [None]                                     # the load alone
+    last = keywords[-1]
+    assert last == [None, "zq11x"]                                   # the oldest went, the newest stayed
+    for before, after in zip(keywords, keywords[1:]):                # deleted for good: never shown again
+        gone = [k for k in before if k not in after]
+        assert all(k not in later for later in keywords[keywords.index(after):] for k in gone)
+    summary_prompt = summarizer.requests[0].messages[0].content      # after step 9: only what the model was shown
+    shown_then = keywords[8] + ["zq8x"]          # the last call before it (load and steps 0-7, less what went), step 8
+    assert 2 < len(keywords[8]) < 9
+    assert all((f"zq{i}x" in summary_prompt) == (f"zq{i}x" in shown_then) for i in range(9))
+    final_note = [m for m in model.requests[-1].messages if "Below is a summary" in (m.content or "")]
+    assert len(final_note) == 1 and "on a ward" in final_note[0].content     # the note is never deleted
+    assert len(summarizer.requests) == 2 and "qqlastqq" not in str(model.requests)   # RetroSum's summary after finish
+
+    refused = SummarizingAgent(ScriptModel(*[_call("get_table_names", subject_id=subject)] * 10,
+                                           _call("finish", response=["Medicine"])), Refusing(), "retrosum",
+                               "transfers", sample["subject_id"], sample["prediction_time"], every=10)
+    record = run(run_trial("k", 1, refused, None, tools, lambda r: asyncio.sleep(0, 0.0), opening=opening))
+    assert record.messages[-1]["content"] == "['Medicine']" and refused.refused_summaries == 2
+    assert refused.summary is None                                   # no summary, the trial goes on and is scored
 
 
 def _main(args, timeout=600):
@@ -303,14 +347,15 @@ def test_summaries_every_ten_steps_reset_or_keep_the_context(world, mode):
              for t in ("labevents", "chartevents", "admissions", "transfers", "services", "omr", "emar", "icustays",
                        "pharmacy", "prescriptions", "labevents")]
     model = ScriptModel(*steps, _call("finish", response=["Medicine"]))
-    summarizer = ScriptModel(ChatResponse(text="<summary>\n- Essential Information: the patient is on a ward.\n"
-                                               "</summary>"))
+    summarizer = ScriptModel(*[ChatResponse(text="<summary>\n- Essential Information: the patient is on a ward.\n"
+                                                "</summary>")] * 2)
     agent = SummarizingAgent(model, summarizer, mode, "transfers", sample["subject_id"], sample["prediction_time"],
                              every=10)
     record = run(run_trial("k", 0, agent, None, tools, lambda r: asyncio.sleep(0, 0.0),
                            opening=first_message("transfers", sample["subject_id"], sample["prediction_time"])))
     assert record.messages[-1]["content"] == "['Medicine']"
-    [summary_request] = summarizer.requests                          # once: after step 9
+    [summary_request, *after_finish] = summarizer.requests           # after step 9 (and, RetroSum, after finish)
+    assert len(after_finish) == (1 if mode == "retrosum" else 0)
     prompt = summary_request.messages[0].content
     assert prompt.startswith("You are an expert at analyzing conversation history") and "Conversation History" in prompt
     assert "'name': 'load_ehr'" not in prompt and "get_latest_records" in prompt      # from messages[3:]

@@ -8,8 +8,11 @@ with no tool call (even an empty one) is asked for again, the same request, up t
 llm_layer); the fifth's text becomes a `think` call, as the original turns it into a think action. At most
 `max_turns` (100) steps; the same observation repeated five times running also stops ReAct (the original's
 max_same_steps); then, as the original's forced termination, the termination instruction is sent with
-`finish` as the only tool. The context is a sliding window: past the paper's 64,000-token cap (less the reply's
-budget and the tools' schemas; 3 characters a token) the oldest steps are dropped. With the evolving memory
+`finish` as the only tool. The context is held under the paper's 64,000-token cap, less the reply's 4,096 and a
+1,000 margin, counted with the tools' schemas by the model's tokenizer (`llm/tokens.py`): past it the oldest step
+after the load (a call with its result) is deleted for good, as the original deletes messages[3] in place, so a
+summarizer later sees the trial without it too. The first message, the load, a summary note and the newest step
+stay. With the evolving memory
 (`memory.Recall`), the retrieved experience is appended to the first user message from the first model call on.
 
 `ReferenceAgent` reaches every label through the tools: load_ehr, then get_candidates_by_keyword for each label's
@@ -23,7 +26,8 @@ from importlib import resources
 
 import yaml
 
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, InfrastructureError
+from ...llm.tokens import Estimate, TokenCounter
 from ...llm.usage import MeteredModel
 from ...trial import Message, ToolCall
 from .tasks import CANDIDATE_TABLES
@@ -32,9 +36,8 @@ from .tools import SPECS
 MAX_TURNS = 100
 ASKS = 5                      # model calls for one step while the reply has no tool call (the original's max_try)
 MAX_SAME = 5                  # repeats of one observation (6 alike in a row) that stop ReAct
-MAX_CONTEXT_TOKENS = 64_000   # the paper's context cap
-OUTPUT_TOKENS = 4_096         # kept free for the reply, with the original's 1,000-token margin
-CHARS_PER_TOKEN = 3           # a cautious estimate for tables and JSON (no tokenizer for every provider)
+MAX_CONTEXT_TOKENS = 64_000   # the paper's context cap (the scripts' max_seq_len)
+OUTPUT_TOKENS = 4_096         # kept free for the reply (max_new_tokens), with the original's 1,000-token margin
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,29 +63,6 @@ def answer(response) -> Message:
                    str(response))
 
 
-def window(conversation: list[Message], max_chars: int) -> list[Message]:
-    """The context cut to `max_chars` (about 3 characters a token): the oldest steps after the first message and the
-    load are dropped, a call with its result, as the original drops messages[3] until the context fits; a summary
-    note and the newest step are always kept."""
-    def size(m: Message) -> int:
-        return len(m.content or "") + (len(json.dumps(m.tool_call.arguments, default=str)) if m.tool_call else 0)
-
-    total = sum(map(size, conversation))
-    out, i = list(conversation), 3
-    while total > max_chars and i < len(out) - 2:
-        if not out[i].is_tool_call:
-            i += 1
-            continue
-        end = i + 1
-        while end < len(out) and out[end].role == "tool":
-            end += 1
-        if end >= len(out):
-            break
-        total -= sum(size(m) for m in out[i:end])
-        del out[i:end]
-    return out
-
-
 def load_call(subject_id: int, current_time: str) -> Message:
     return Message("assistant", None, tool_call=ToolCall("load_ehr", {"subject_id": str(subject_id),
                                                                       "timestamp": current_time}, "call_0"))
@@ -91,14 +71,15 @@ def load_call(subject_id: int, current_time: str) -> Message:
 class ReActAgent:
     def __init__(self, model: MeteredModel, subject_id: int, current_time: str, temperature: float = 0.0,
                  seed: int | None = None, max_turns: int = MAX_TURNS, recall=None, sampling: dict | None = None,
-                 knowledge: bool = False):
+                 knowledge: bool = False, tokens: TokenCounter | None = None):
         self.model, self.subject_id, self.current_time = model, subject_id, current_time
         self.sampling = dict(sampling or {})      # top_p / presence_penalty where the original sends them (vLLM)
         self.temperature, self.seed, self.max_turns = temperature, seed, max_turns
         self.tools = [s for s in SPECS if s["name"] != "load_ehr"              # knowledge: the retrieve_* tools too
                       and (knowledge or not s["name"].startswith("retrieve_"))]
-        self.max_context_chars = CHARS_PER_TOKEN * (MAX_CONTEXT_TOKENS - OUTPUT_TOKENS - 1000) - \
-            len(json.dumps(self.tools))
+        self.tokens = tokens or Estimate()
+        self.max_context_tokens = MAX_CONTEXT_TOKENS - OUTPUT_TOKENS - 1000
+        self.dropped: set[int] = set()       # history positions deleted from the context, for good
         self.recall = recall                 # the evolving memory (memory.Recall): asked once, after the load
         self.experience: str | None = None   # what it added to the first user message
 
@@ -108,9 +89,27 @@ class ReActAgent:
         first = conversation[0]
         return [Message(first.role, (first.content or "") + self.experience)] + conversation[1:]
 
+    def kept(self, history: list[Message], start: int = 0, stop: int | None = None) -> list[Message]:
+        """history[start:stop] without what the context cap deleted."""
+        return [history[i] for i in range(start, len(history) if stop is None else stop) if i not in self.dropped]
+
     def conversation(self, history: list[Message]) -> list[Message]:
         """What the model is shown of the trial so far (summarizing agents show less)."""
-        return list(history)
+        return self.kept(history)
+
+    def fit(self, history: list[Message], tools: list[dict]) -> list[Message]:
+        """The conversation under the cap: while it counts more tokens, the oldest step after the load (its call
+        and results) is deleted for good, as the original's _truncate_messages deletes messages[3]."""
+        while True:
+            conversation = self._with_experience(self.conversation(history))
+            if self.tokens.count(conversation, tools) <= self.max_context_tokens:
+                return conversation
+            oldest = next((i for i in range(3, len(history)) if i not in self.dropped and history[i].is_tool_call), None)
+            end = None if oldest is None else next((j for j in range(oldest + 1, len(history))
+                                                    if history[j].role != "tool"), None)
+            if end is None:             # only the newest step is left: sent as it is (a refusal is the agent's)
+                return conversation
+            self.dropped.update(range(oldest, end))
 
     def _stuck(self, history: list[Message]) -> bool:
         """The step limit, or the same observation repeated MAX_SAME times running (the original's same_steps)."""
@@ -125,9 +124,9 @@ class ReActAgent:
         if self.recall is not None and self.experience is None:
             self.experience = await self.recall()
         forced = self._stuck(history)
-        conversation = window(self._with_experience(self.conversation(history)), self.max_context_chars) + \
-            ([Message("user", prompts()["termination_instruction"])] if forced else [])
         tools = [s for s in self.tools if s["name"] == "finish"] if forced else self.tools
+        conversation = self.fit(history, tools) + \
+            ([Message("user", prompts()["termination_instruction"])] if forced else [])
         for _ in range(ASKS):             # a reply without a call is asked for again, the same request, as the
             response = await self.model.complete(ChatRequest(      # original's llm_layer does (max_try 5)
                 conversation, tools=tools, temperature=self.temperature, seed=self.seed, **self.sampling))
@@ -184,21 +183,28 @@ class SummarizingAgent(ReActAgent):
     conversation since the load (the original's messages[3:], or [4:] once a summary exists).
     - ReSum resets the context to the first message, the load and its result, and the summary (as an assistant
       message), then goes on from there;
-    - RetroSum (`add_drop`) keeps the whole history (a sliding window to the context cap) and places the newest
-      summary, as a user message, where it was made, dropping the previous one.
-    Neither stops on repeated observations (the original's loops do not check them).
-    Summary calls are metered as the `summarizer` role."""
+    - RetroSum (`add_drop`) keeps the whole history (less what the context cap deleted) and places the newest
+      summary, as a user message, where it was made, dropping the previous one; once it has finished, it writes one
+      more summary, as MCPRetroSumAgent.react does after its loop (it costs tokens; ehrbench's memory does not use it,
+      see memory.py).
+    The summarizer reads the conversation the model was last shown: what the cap deleted is gone for it too. A
+    summary request the provider refuses for its size leaves the last summary in place, as the original's
+    summarize_conversation returns None on any error. Neither stops on repeated observations (the original's loops
+    do not check them). Summary calls are metered as the `summarizer` role."""
 
     def __init__(self, model: MeteredModel, summarizer: MeteredModel, mode: str, task: str, subject_id: int,
                  current_time: str, temperature: float = 0.0, seed: int | None = None, max_turns: int = MAX_TURNS,
-                 every: int = SUMMARY_EVERY, recall=None, sampling: dict | None = None, knowledge: bool = False):
-        super().__init__(model, subject_id, current_time, temperature, seed, max_turns, recall, sampling, knowledge)
+                 every: int = SUMMARY_EVERY, recall=None, sampling: dict | None = None, knowledge: bool = False,
+                 tokens: TokenCounter | None = None):
+        super().__init__(model, subject_id, current_time, temperature, seed, max_turns, recall, sampling, knowledge,
+                         tokens)
         if mode not in ("resum", "retrosum"):
             raise ValueError(f"summary mode {mode!r}: resum or retrosum")
         self.summarizer, self.mode, self.every = summarizer, mode, every
         self.instruction = instruction(task, subject_id, current_time)
         self.summary: str | None = None
         self.at: int | None = None          # where in the trial's history the summary stands
+        self.refused_summaries = 0
         self._summarized_after = 0
 
     def _stuck(self, history: list[Message]) -> bool:
@@ -207,14 +213,14 @@ class SummarizingAgent(ReActAgent):
 
     def conversation(self, history: list[Message]) -> list[Message]:
         if self.summary is None:
-            return list(history)
+            return self.kept(history)
         p = prompts()
         if self.mode == "resum":
             note = Message("assistant", p["summary_observation"].format(question=self.instruction,
                                                                         summary=self.summary))
-            return history[:3] + [note] + history[self.at:]
+            return history[:3] + [note] + self.kept(history, self.at)
         note = Message("user", p["summary_observation"].format(question=self.instruction, summary=self.summary))
-        return history[:self.at] + [note] + history[self.at:]
+        return self.kept(history, 0, self.at) + [note] + self.kept(history, self.at)
 
     async def _summarize(self, history: list[Message]) -> None:
         p = prompts()
@@ -224,8 +230,15 @@ class SummarizingAgent(ReActAgent):
         template = p["summary_next"] if self.summary else p["summary_first"]
         prompt = (template.replace("{{{question}}}", question).replace("{{{recent_history_messages}}}", recent)
                   .replace("{{{last_summary}}}", self.summary or ""))
-        response = await self.summarizer.complete(ChatRequest([Message("user", prompt)], temperature=self.temperature,
-                                                              seed=self.seed, **self.sampling))
+        try:
+            response = await self.summarizer.complete(ChatRequest([Message("user", prompt)],
+                                                                  temperature=self.temperature, seed=self.seed,
+                                                                  **self.sampling))
+        except InfrastructureError as e:
+            if not e.agent_caused:          # the provider's fault: the trial is re-run
+                raise
+            self.refused_summaries += 1     # too long to summarize: the original goes on without a new summary
+            return
         if (response.text or "").strip():
             self.summary, self.at = response.text.strip(), len(history)
 
@@ -234,4 +247,7 @@ class SummarizingAgent(ReActAgent):
         if steps > self._summarized_after and (steps + 1) % self.every == 0 and steps < self.max_turns:
             self._summarized_after = steps
             await self._summarize(history)
-        return await super().act(history)
+        action = await super().act(history)
+        if self.mode == "retrosum" and not action.is_tool_call:     # finished: RetroSum's summary after its loop
+            await self._summarize(history)
+        return action

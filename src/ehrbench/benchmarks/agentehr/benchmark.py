@@ -27,6 +27,7 @@ from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TaskFileE
     check_world, read_json_records
 from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
+from ...llm.tokens import token_counter
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from . import memory as evolving
@@ -305,12 +306,14 @@ class AgentEhrBenchmark(Benchmark):
                                    ScriptedCall("agent", meter, settings.agent_latency_s))
         elif settings.agent == "react":
             agent = ReActAgent(settings.model_for("agent", meter), task.subject_id, task.prediction_time, temperature,
-                               seed, turns, recall, self.sampling(settings.agent_model), knowledge)
+                               seed, turns, recall, self.sampling(settings.agent_model), knowledge,
+                               token_counter(settings.agent_model))
         else:
             agent = SummarizingAgent(settings.model_for("agent", meter), settings.model_for("summarizer", meter),
                                      settings.agent, task.task, task.subject_id, task.prediction_time, temperature,
                                      seed, turns, int(o.get("summary_every", 10)), recall,
-                                     self.sampling(settings.agent_model), knowledge)
+                                     self.sampling(settings.agent_model), knowledge,
+                                     token_counter(settings.agent_model))
 
         async def scored(record: TrialRecord) -> Score:
             answer = record.messages[-1]["content"] if record.messages else ""
