@@ -77,8 +77,10 @@ def test_the_tools_keep_the_original_s_names_strings_and_limits(world):
                     "`diagnoses_ccs_candidates`.")
     sql = run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELECT COUNT(*) AS n FROM labevents"}))
     assert sql.split()[0] == "n"
-    assert run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELEC 1"})).startswith(
-        "SQL Execution Error: ")
+    assert run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELEC * FROM labevents"})) == (
+        "SQL Execution Error: Execution failed on sql 'SELEC * FROM labevents': near \"SELEC\": syntax error")
+    assert run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELECT 1"})).startswith(
+        "Error: The SQL query does not seem to reference any available tables. Available tables: ['")
     assert run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELECT * FROM labevents WHERE 0"})
                ) == "Query executed successfully but returned no results."
     # the labelled diagnoses are coded at discharge, after the prediction time: not there yet
@@ -108,14 +110,16 @@ def test_model_sql_meets_the_time_size_and_row_limits(world, monkeypatch):
     tools, subject = _tools(world, sample), str(sample["subject_id"])
     run(tools.call("load_ehr", {"subject_id": subject, "timestamp": sample["prediction_time"]}))
 
-    def sql(text):
-        return run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": text}))
-    assert sql("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT COUNT(*) FROM r") == \
-        "SQL Execution Error: query exceeded the 0.5 s time limit and was stopped"
+    def sql(text):                     # the original runs a query only if it names a table (a substring will do)
+        return run(tools.call("run_sql_query", {"subject_id": subject, "sql_query": text + " -- patients"}))
+    endless = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT COUNT(*) FROM r"
+    assert sql(endless) == (f"SQL Execution Error: Execution failed on sql '{endless} -- patients': query exceeded "
+                            "the 0.5 s time limit and was stopped")
     assert "1,000,000-byte limit on one value" in sql("SELECT hex(zeroblob(5000000))")
     assert "more than 1,000 rows" in sql("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
                                          "WHERE n < 5000) SELECT n FROM r")
-    assert sql("DELETE FROM labevents").startswith("SQL Execution Error: not authorized")
+    assert sql("DELETE FROM labevents").startswith("SQL Execution Error: Execution failed on sql 'DELETE FROM "
+                                                   "labevents -- patients': not authorized")
     assert sql("SELECT COUNT(*) AS n FROM labevents").split()[0] == "n"        # the connection is still usable
     run(tools.close())
 

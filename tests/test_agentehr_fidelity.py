@@ -5,6 +5,7 @@ serves it: tests/fixtures/agentehr_keyword_cases.json); the contract recorded, a
 vLLM-served models only."""
 import asyncio
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -133,3 +134,92 @@ def test_the_tools_are_declared_as_the_public_code_declares_them():
     assert specs["finish"]["parameters"]["properties"]["response"]["type"] == "array"
     assert specs["retrieve_pubmed"]["description"].endswith("(ehrbench: a substitute corpus built from the benchmark "
                                                            "world's vocabulary.)")
+
+
+# --- censoring=original: the authors' EHRManager on one shared patient (tests/fixtures/agentehr_censoring_*.json) ---
+
+def _censoring_case(tmp_path):
+    """The fixture's patient written as ehrbench stores one (typed columns, NULLs), its dictionaries and candidate
+    tables, and the rules with the fixture's dictionary joins (the original's link_information.json)."""
+    import dataclasses
+    import sqlite3
+
+    from ehrbench.benchmarks.agentehr.censoring import MIMIC_IV
+
+    given = json.loads((FIXTURES / "agentehr_censoring_input.json").read_text())
+    cases = json.loads((FIXTURES / "agentehr_censoring_cases.json").read_text())
+
+    def write(path, tables):
+        conn = sqlite3.connect(path)
+        for name, t in tables.items():
+            conn.execute(f'CREATE TABLE "{name}" ({", ".join(chr(34) + c + chr(34) for c in t["columns"])})')
+            conn.executemany(f'INSERT INTO "{name}" VALUES ({", ".join("?" * len(t["columns"]))})', t["rows"])
+        conn.commit()
+        conn.close()
+    write(tmp_path / "patient.db", given["tables"])
+    write(tmp_path / "reference.db", given["reference"])
+    write(tmp_path / "candidates.db", {n: {"columns": t["columns"], "rows": [["" if v is None else v for v in r]
+                                                                             for r in t["rows"]]}
+                                       for n, t in given["candidates"].items()})
+    reference = given["reference"]
+    links = {link["table_name"]: (link["link_table"], tuple(link["link_column"]) if isinstance(
+        link["link_column"], list) else (link["link_column"],), tuple(c for c in reference[link["link_table"]]["columns"]
+                                                                      if c not in link["link_column"]))
+             for link in given["link_info"] if link["table_name"] != "prescriptions"}   # ndc: below
+    return cases, dataclasses.replace(MIMIC_IV, links=links)
+
+
+def test_original_censoring_shows_what_the_authors_ehrmanager_showed(tmp_path):
+    """Every table at nine times around three admissions, cell for cell: cut by the first time column, date-only
+    columns read at 23:59, the added diagnoses_icd.charttime and admissions.text, pharmacy emptied, ndc zero-filled,
+    dictionaries joined. The fixture stored a missing value as 'None' (its input was JSON); from MIMIC's CSVs, as
+    ehrbench serves it, it is 'nan'."""
+    from ehrbench.benchmarks.agentehr.censoring import CensoredPatient
+
+    cases, rules = _censoring_case(tmp_path)
+    for load in cases["loads"]:
+        view = CensoredPatient(tmp_path / "patient.db", load["timestamp"], tmp_path / "reference.db", rules,
+                               "original", tmp_path / "candidates.db")
+        logged = dict(re.findall(r"Loading '(\w+)' with (\d+) rows", load["log"].split("Loading EHR Tables:")[1]))
+        assert {t: str(n) for t, n in view.counts.items()} == logged, load["timestamp"]
+        for table, served in load["tables"].items():
+            expected_columns = [c for c in served if not (table == "prescriptions" and c in ("atc_code", "name"))]
+            columns, rows = view.query(f'SELECT * FROM "{table}"')
+            expected = [[{"None": "nan", "0000000None": "00000000nan"}.get(v, v) for v in r]
+                        for r in zip(*(served[c] for c in expected_columns))]
+            if expected:                      # an empty frame moves the join keys (a pandas quirk, not kept)
+                assert columns == expected_columns, (load["timestamp"], table)
+            else:
+                assert set(columns) == set(expected_columns), (load["timestamp"], table)
+            assert [list(r) for r in rows] == expected, (load["timestamp"], table)
+        view.close()
+
+
+def test_run_sql_query_answers_as_the_original_over_the_view_and_the_candidate_tables(tmp_path, monkeypatch):
+    """The fixture's queries through the tool: text cells (valuenum > 5 compares text, as there), candidate tables
+    joinable, no table named -> the original's error with the table list, pandas' wording of an SQL error. Lines are
+    compared word by word (a 'None' cell there is 'nan' here, so column widths differ)."""
+    import shutil
+
+    from ehrbench.benchmarks.agentehr import censoring, views
+
+    cases, rules = _censoring_case(tmp_path)
+    folder = tmp_path / "split"
+    folder.mkdir()
+    shutil.copy(tmp_path / "patient.db", folder / f"patient_{cases['subject_id']}.db")
+    shutil.copy(tmp_path / "reference.db", folder / "reference.db")
+    monkeypatch.setitem(views.RULES, "fixture", rules)
+    assert censoring.RULES["fixture"] is rules
+    for case in [c for c in cases["sql"] if "atc_code" not in c["sql"]]:     # the dataset's ndc link: not here
+        tools = AgentEhrTools(views.InProcess(views.PatientViews({"fixture": folder})), tmp_path / "candidates.db",
+                              cases["subject_id"], case["timestamp"], source="fixture", censoring="original")
+        asyncio.run(tools.call("load_ehr", {"subject_id": str(cases["subject_id"]), "timestamp": case["timestamp"]}))
+        got = asyncio.run(tools.call("run_sql_query", {"subject_id": str(cases["subject_id"]),
+                                                       "sql_query": case["sql"]}))
+        words = [[{"None": "nan"}.get(w, w) for w in line.split()] for line in case["output"].splitlines()]
+        if case["output"].startswith("Error: The SQL query"):       # the same tables, listed in the file's order
+            assert got.split("Available tables:")[0] == case["output"].split("Available tables:")[0]
+            listed = case["output"].split("Available tables: ")[1]
+            assert sorted(eval(got.split("Available tables: ")[1])) == sorted(eval(listed))  # noqa: S307 - a list
+        else:
+            assert [line.split() for line in got.splitlines()] == words, case["sql"]

@@ -90,23 +90,26 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path, s
         subject = str(train[0]["subject_id"])
         server.push(Reply(tool="get_latest_records", args={"subject_id": subject, "table_name": "transfers"}),
                     Reply(tool="finish", args={"response": [train[0]["label"][0]["name"]]}),   # train 1: F1 = 1
+                    Reply(text="<summary>done</summary>"),                   # RetroSum's summary after finishing
                     Reply(text=ITEM),                                                          # its experience
                     Reply(tool="finish", args={"response": ["Not A Unit"]}),                   # train 2: F1 = 0
+                    Reply(text="<summary>done</summary>"),
                     Reply(text="nothing useful"), Reply(text=ITEM_2),            # unparsable, asked once more
                     model="gpt-4o")
         build = _main(common + ["benchmark.memory=build", f"model.base_url={server.url}/v1", f"tracking.root={store}",
                                 f"hydra.run.dir={tmp_path / 'build'}"])
         assert build.returncode == 0, build.stderr[-3000:]
         requests = server.requests_for("gpt-4o")
-        assert len(requests) == 6
-        extraction = requests[2].body["messages"][0]["content"]
+        assert len(requests) == 8
+        assert requests[2].body["messages"][0]["content"].startswith("You are an expert at analyzing conversation")
+        extraction = requests[3].body["messages"][0]["content"]
         assert extraction.lstrip().startswith("You are an expert in clinical reasoning auditor.")
         assert "Action: {name: get_latest_records, params: {" in extraction
         assert "'table_name': 'transfers'" in extraction
         assert str([{"name": train[0]["label"][0]["name"]}]) in extraction              # the ground truth
         assert "Action: {name: finish, params: {'response': [" in extraction          # the finish step, last
         assert "## Relevant Past Experience" not in requests[0].body["messages"][0]["content"]   # empty memory
-        second = requests[3].body["messages"][0]["content"]            # train 2 recalls what train 1 taught
+        second = requests[4].body["messages"][0]["content"]            # train 2 recalls what train 1 taught
         assert "## Relevant Past Experience" in second and "Check the latest transfer first" in second
         [run_] = mlflow.search_runs(experiment_names=["agentehr"], output_format="list")
         assert run_.data.metrics["memory/entries"] == 2 and run_.data.metrics["memory/success"] == 0.5
@@ -119,13 +122,14 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path, s
         assert entries[0]["items"][0]["title"] == "Check the latest transfer first"
         assert len(entries[0]["vector"]) == 384
 
-        server.push(Reply(tool="finish", args={"response": [test[0]["label"][0]["name"]]}), model="gpt-4o")
+        server.push(Reply(tool="finish", args={"response": [test[0]["label"][0]["name"]]}),
+                    Reply(text="<summary>done</summary>"), model="gpt-4o")
         use = _main(common + ["benchmark.memory=use", f"benchmark.memory_file={memory_file}",
                               f"model.base_url={server.url}/v1",
                               f"tracking.root={mlflow_store(tmp_path / 'mlruns_use')}",
                               f"hydra.run.dir={tmp_path / 'use'}"])
         assert use.returncode == 0, use.stderr[-3000:]
-        first = server.requests_for("gpt-4o")[-1].body["messages"][0]["content"]
+        first = server.requests_for("gpt-4o")[-2].body["messages"][0]["content"]
         assert first.count("### Memory 1 (Similarity: ") == 1 and "### Memory 2" not in first         # top 1
         assert ("Check the latest transfer first" in first) != ("Weigh the admitting service" in first)
     finally:

@@ -138,7 +138,7 @@ def test_the_tools_read_the_mimic_iii_schema_and_a_lost_view_is_the_harness_s(wo
                                                                "end_time": s["prediction_time"]})
         views.close(tools.episode)                        # as a restarted shard would have lost it
         with pytest.raises(InfrastructureError, match="lost by its patient shard"):
-            await tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELECT 1"})
+            await tools.call("run_sql_query", {"subject_id": subject, "sql_query": "SELECT 1 FROM ADMISSIONS"})
         return latest, counts
     latest, counts = asyncio.run(go())
     assert latest.splitlines()[0].split()[:3] == ["SUBJECT_ID", "HADM_ID", "ADMITTIME"]    # upper-case time columns

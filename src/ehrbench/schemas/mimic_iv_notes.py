@@ -60,6 +60,14 @@ def course_lines(a: Admission) -> list[str]:
     return lines
 
 
+def admission_vitals(a: Admission) -> str:
+    """The exam's vitals line: the first value of each vital charted in the admission's first ICU stay."""
+    first: dict[str, float] = {}
+    for e in sorted((e for s in a.icu_stays[:1] for e in s.vitals), key=lambda e: e.time):
+        first.setdefault(e.vital, e.value)
+    return "VS: " + (", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in first.items()) or "stable")
+
+
 def discharge_text(p: Patient, a: Admission, age: int, service: str, sex: str, admit: str, disch: str) -> str:
     v = vocabulary()
     chronic = [v.conditions[k].lay[0] for k in dict.fromkeys(p.conditions)]
@@ -77,6 +85,9 @@ def discharge_text(p: Patient, a: Admission, age: int, service: str, sex: str, a
         "Allergies: ", allergies, " ", "Chief Complaint:", chief_complaint(a), " ",
         "History of Present Illness:", f"___ is a {age} year old {woman} {history}who presented with "
         f"{chief_complaint(a)}.", " ",
+        "Past Medical History:", *([c.capitalize() for c in chronic] or ["None."]), " ",
+        "Social History:", "___", " ", "Family History:", "Noncontributory.", " ",
+        "Physical Exam:", "ADMISSION PHYSICAL EXAM:", admission_vitals(a), "GENERAL: Alert, in no acute distress.", " ",
         "Brief Hospital Course:", *(course_lines(a) or ["Uncomplicated course."]), " ",
         "Discharge Medications:", *(meds or ["None."]), " ",
         "Discharge Disposition:", phrases()["disposition"].get(a.discharge_destination or "", "Home"), " ",

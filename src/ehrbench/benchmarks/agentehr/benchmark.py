@@ -32,6 +32,7 @@ from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from . import memory as evolving
 from .agent import ReActAgent, ReferenceAgent, SummarizingAgent, first_message, instruction, prompts
+from .censoring import CENSORING
 from .scoring import ERRORS, best_at_k, f1, interaction_errors, parse_ehrbench, parse_original
 from .tasks import TASKS
 
@@ -170,6 +171,10 @@ class AgentEhrBenchmark(Benchmark):
         if o.get("contract", "original") not in CONTRACTS:
             raise ConfigurationError(f"benchmark.contract={o.get('contract')!r}: choose original (the authors' code, "
                                      "the default) or ehrbench (its improvements on)")
+        if self.censoring() not in CENSORING:
+            raise ConfigurationError(f"benchmark.censoring={o.get('censoring')!r}: choose original (the authors' "
+                                     "EHRManager: each table cut by its first time column) or ehrbench (each row "
+                                     "by when it became known)")
         chosen = list(o.get("tasks") or [])
         if not chosen or not set(chosen) <= set(TASKS):
             raise ConfigurationError(f"benchmark.tasks={chosen}: choose among {list(TASKS)}")
@@ -204,12 +209,21 @@ class AgentEhrBenchmark(Benchmark):
         """The names in a finish answer, read as the contract says (`scoring.parse_original` / `parse_ehrbench`)."""
         return parse_ehrbench(text) if self.options.get("contract", "original") == "ehrbench" else parse_original(text)
 
+    def censoring(self) -> str:
+        """What the views hide at t (`censoring.py`): the original's rule unless asked, or under contract=ehrbench."""
+        o = self.options
+        return o.get("censoring") or ("ehrbench" if o.get("contract", "original") == "ehrbench" else "original")
+
     def contract(self) -> tuple[str, list[str]]:
         """The contract, and the settings that depart from the original: its knowledge tools searched MedRAG's
-        corpora, which cannot ship; with `knowledge=true` they search a substitute made from the world's vocabulary."""
+        corpora, which cannot ship; with `knowledge=true` they search a substitute made from the world's vocabulary;
+        `censoring=ehrbench` hides each row until it was known (stricter than the original)."""
         o = self.options
-        return o.get("contract", "original"), ["knowledge=true (substitute corpus)" if o.get("knowledge") else
-                                               "knowledge=false (no retrieve_* tools: MedRAG's corpora cannot ship)"]
+        departures = ["knowledge=true (substitute corpus)" if o.get("knowledge") else
+                      "knowledge=false (no retrieve_* tools: MedRAG's corpora cannot ship)"]
+        if self.censoring() == "ehrbench":
+            departures.append("censoring=ehrbench (rows hidden until known, not by their first time column)")
+        return o.get("contract", "original"), departures
 
     def sampling(self, model: dict | None) -> dict:
         """What the original sends a vLLM-served model besides the temperature (its scripts: top_p 0.8,
@@ -289,7 +303,7 @@ class AgentEhrBenchmark(Benchmark):
         nearest = nearest_in(hosts.index) if hosts.index is not None else nearest_here
         knowledge = bool(o.get("knowledge", False))       # the substitute corpus: off unless asked for
         tools = AgentEhrTools(views, task.candidates, task.subject_id, task.prediction_time, nearest,
-                              Knowledge() if knowledge else None, task.source)
+                              Knowledge() if knowledge else None, task.source, self.censoring())
         mode, temperature = o.get("memory", "none"), float(o.get("temperature", 0.0))
         turns = int(o.get("max_turns", 100))
         recall = None

@@ -1,6 +1,11 @@
 """What an AgentEHR episode may see of its patient at the prediction time t: censored copies of the patient's file.
 
-The guarantee: no row whose event became known at or after t is visible, and no visible cell holds a time at or
+Two rules, chosen by `benchmark.censoring`:
+- `original` (the default, the contract): the public code's EHRManager, reproduced from its behaviour
+  (tests/fixtures/agentehr_censoring_cases.json): `original_view` below;
+- `ehrbench` (opt-in, recorded as a departure): the stricter rule described next.
+
+The `ehrbench` guarantee: no row whose event became known at or after t is visible, and no visible cell holds a time at or
 after t, through any tool, `run_sql_query` included. Each table is censored by when its row became known, not by its
 first time column as the original does (which showed the current admission's discharge, its DRG codes and notes):
 - events by their own time, the later of when it happened and when it was stored (a lab drawn before t but
@@ -32,7 +37,10 @@ from pathlib import Path
 from ...db.limits import QueryError, QueryLimits, QueryTimeout, fetch_bounded
 
 LIMITS = QueryLimits()
-MAX_ROWS = 20_000          # rows of one model-written query (the tools then show its last 8,000 characters)
+MAX_ROWS = 100_000         # rows of one model-written query, within LIMITS' bytes (the agent keeps the last 8,000
+                           # characters of what it prints, as the original's, which printed any number)
+CENSORING = ("original", "ehrbench")
+DISCHARGE_TEXT_END = "Physical Exam"      # admissions.text: the discharge summary up to this heading (appendix B.1)
 
 @dataclass(frozen=True)
 class Rules:
@@ -188,26 +196,129 @@ def check_cutoff(cutoff: str) -> str:
         raise ValueError(f"prediction time {cutoff!r} must be 'YYYY-MM-DD HH:MM:SS'") from None
 
 
+def _text(sql: str) -> str:
+    """A cell as the original served it: every value as text (its patient files are all TEXT, read from CSVs), a
+    missing one 'nan' (str of pandas' NaN)."""
+    return f"COALESCE(CAST(({sql}) AS TEXT), 'nan')"
+
+
+def _added_columns(conn: sqlite3.Connection, table: str, columns: list[str]) -> list[tuple[str, str]]:
+    """The columns the original's patient_event2db adds before storing (names as MIMIC-IV's, case-sensitive as
+    there): diagnoses_icd.charttime, the admission's discharge time less one minute (else ''); admissions.text,
+    the admission's discharge summary up to "Physical Exam", stripped (the last note of the admission)."""
+    tables = {n for (n,) in conn.execute("SELECT name FROM raw.sqlite_master WHERE type = 'table'")}
+    out = [(c, f't."{c}"') for c in columns]
+    if table == "diagnoses_icd" and "admissions" in tables:
+        charttime = ("COALESCE((SELECT strftime('%Y-%m-%d %H:%M:%S', a.dischtime, '-1 minute') FROM raw.admissions a "
+                     "WHERE a.hadm_id = t.hadm_id AND a.dischtime IS NOT NULL), '')")
+        out = [(c, charttime if c == "charttime" else e) for c, e in out] + \
+            ([] if "charttime" in columns else [("charttime", charttime)])
+    if table == "admissions" and "discharge" in tables and \
+            conn.execute('SELECT 1 FROM raw."discharge" LIMIT 1').fetchone() is not None:
+        spaces = "char(32, 9, 10, 11, 12, 13)"
+        cut = (f"trim(CASE WHEN instr(d.text, '{DISCHARGE_TEXT_END}') > 0 THEN substr(d.text, 1, "
+               f"instr(d.text, '{DISCHARGE_TEXT_END}') - 1) ELSE d.text END, {spaces})")
+        out.append(("text", f"(SELECT {cut} FROM raw.discharge d WHERE d.hadm_id = t.hadm_id "
+                            "ORDER BY d.rowid DESC LIMIT 1)"))
+    return out
+
+
+def original_view(conn: sqlite3.Connection, table: str, columns: list[str], cutoff: str, reference: bool,
+                  rules: Rules) -> int | None:
+    """The public code's censoring of one table (EHRManager.load_ehr_for_sample), as a temporary table of the same
+    name; returns the row count its load log reports, or None where the original has no such table (its patient
+    files hold only tables with rows).
+    - the table is cut by its first column whose name holds "time" or "date" (only rows strictly before t; a row
+      whose value is missing or unreadable goes); a table without one is shown whole (patients, drgcodes);
+    - that column is date-only when none of its first ten values has a time: then it is read as 23:59 of its day;
+      it is shown as it was read (pandas: the date alone when every shown time is midnight);
+    - pharmacy is emptied (its row count still logged); prescriptions.ndc is cut at '.' and zero-filled to 11;
+    - every cell is text, a missing one 'nan'; the dictionary columns are joined in (`Rules.links`)."""
+    if conn.execute(f'SELECT 1 FROM raw."{table}" LIMIT 1').fetchone() is None:
+        return None
+    cells = _added_columns(conn, table, columns)
+    stamp = next((c for c, _ in cells if "time" in c.lower() or "date" in c.lower()), None)
+    source, where = f'raw."{table}" AS t', "1"
+    if stamp is not None:
+        raw = dict(cells)[stamp]
+        sample = [str(v).strip() for (v,) in conn.execute(
+            f"SELECT {raw} FROM {source} WHERE ({raw}) IS NOT NULL LIMIT 10")]
+        date_only = not any(len(v) > 10 and " " in v for v in sample)
+        read = f"datetime(date({raw}), '+23 hours', '+59 minutes')" if date_only else f"datetime({raw})"
+        cells = [(c, read if c == stamp else e) for c, e in cells]
+        where = f"({read}) IS NOT NULL AND ({read}) < '{cutoff}'"
+    if table.lower() == "prescriptions":
+        cells = [(c, f"substr('00000000000' || substr({_text(e)}, 1, instr({_text(e)} || '.', '.') - 1), -11)"
+                  if c.lower() == "ndc" else e) for c, e in cells]
+    shown = [f'{_text(e)} AS "{c}"' for c, e in cells]
+    extra: tuple[str, ...] = ()
+    if reference and table.lower() in rules.links:
+        dictionary, keys, extra = rules.links[table.lower()]
+        have = {c.lower() for c, _ in cells}
+        shown += [f'{_text(f"d.{chr(34)}{c}{chr(34)}")} AS "{c}"' for c in extra if c not in have]
+        source += f' LEFT JOIN ref."{dictionary}" AS d ON ' + " AND ".join(f't."{k}" = d."{k}"' for k in keys)
+    names = [c for c, _ in cells] + [c for c in (extra if reference and table.lower() in rules.links else ())
+                                     if c not in {n.lower() for n, _ in cells}]
+    conn.execute(f'CREATE TEMP TABLE "{table}" ({", ".join(f"{chr(34)}{c}{chr(34)} TEXT" for c in names)})')
+    conn.execute(f'INSERT INTO temp."{table}" SELECT {", ".join(shown)} FROM {source} WHERE {where}')   # TEXT
+    # columns, as pandas' to_sql made them in the original's run_sql_query: `valuenum > 5` compares text
+    if stamp is not None and conn.execute(       # pandas prints a datetime column whose times are all midnight
+            f'SELECT COUNT(*) > 0 AND SUM(substr("{stamp}", 12) = \'00:00:00\') = COUNT(*) FROM temp."{table}"'
+    ).fetchone()[0]:                             # as dates
+        conn.execute(f'UPDATE temp."{table}" SET "{stamp}" = substr("{stamp}", 1, 10)')
+    count = conn.execute(f'SELECT COUNT(*) FROM temp."{table}"').fetchone()[0]
+    if table.lower() == "pharmacy":
+        conn.execute('DELETE FROM temp."pharmacy"')
+    return count
+
+
 class CensoredPatient:
-    """One episode's view of one patient at one time: `conn` answers SQL over the censored views only."""
+    """One episode's view of one patient at one time: `conn` answers SQL over the censored views only (and, given
+    `candidates_file`, over the task's candidate tables too, all text, as the original's run_sql_query)."""
 
     def __init__(self, patient_file: str | Path, cutoff: str, reference_file: str | Path | None = None,
-                 rules: Rules = MIMIC_IV):
+                 rules: Rules = MIMIC_IV, censoring: str = "ehrbench", candidates_file: str | Path | None = None):
+        if censoring not in CENSORING:
+            raise ValueError(f"censoring={censoring!r}: one of {', '.join(CENSORING)}")
         self.cutoff = check_cutoff(cutoff)
         self.conn = sqlite3.connect("file::memory:", uri=True, check_same_thread=False)
         self.conn.execute("ATTACH DATABASE ? AS raw", (f"file:{Path(patient_file).resolve()}?mode=ro",))
         if reference_file is not None:
             self.conn.execute("ATTACH DATABASE ? AS ref", (f"file:{Path(reference_file).resolve()}?mode=ro",))
         self.tables: dict[str, list[str]] = {}
-        for (table,) in self.conn.execute("SELECT name FROM raw.sqlite_master WHERE type = 'table' ORDER BY name"):
+        self.counts: dict[str, int] = {}         # rows as the load log reports them
+        order = "rowid" if censoring == "original" else "name"        # the original's: as its file lists them
+        for (table,) in self.conn.execute(f"SELECT name FROM raw.sqlite_master WHERE type = 'table' ORDER BY {order}"
+                                          ).fetchall():
             columns = [r[1] for r in self.conn.execute(f'PRAGMA raw.table_info("{table}")')]
-            self.conn.execute(view_sql(table, columns, self.cutoff, reference_file is not None, rules))
+            if censoring == "original":
+                count = original_view(self.conn, table, columns, self.cutoff, reference_file is not None, rules)
+                if count is None:
+                    continue
+            else:
+                self.conn.execute(view_sql(table, columns, self.cutoff, reference_file is not None, rules))
+                count = self.conn.execute(f'SELECT COUNT(*) FROM temp."{table}"').fetchone()[0]
+            self.counts[table] = count
             self.tables[table] = [d[0] for d in self.conn.execute(f'SELECT * FROM temp."{table}" LIMIT 0')
                                   .description]
+        self.candidates: list[str] = []
+        if candidates_file is not None:          # run_sql_query reaches them, every column as text
+            self.conn.execute("ATTACH DATABASE ? AS cand", (f"file:{Path(candidates_file).resolve()}?mode=ro",))
+            for (table,) in self.conn.execute("SELECT name FROM cand.sqlite_master WHERE type = 'table' ORDER BY "
+                                              "rowid").fetchall():
+                if table in self.tables:
+                    continue
+                columns = [r[1] for r in self.conn.execute(f'PRAGMA cand.table_info("{table}")')]
+                self.conn.execute(f'CREATE TEMP TABLE "{table}" ({", ".join(f"{chr(34)}{c}{chr(34)} TEXT" for c in columns)})')
+                self.conn.execute(f'INSERT INTO temp."{table}" SELECT ' + ", ".join(
+                    f'CAST("{c}" AS TEXT)' for c in columns) + f' FROM cand."{table}"')
+                self.candidates.append(table)
         self.conn.commit()
         self.conn.execute("DETACH DATABASE raw")
         if reference_file is not None:
             self.conn.execute("DETACH DATABASE ref")
+        if candidates_file is not None:
+            self.conn.execute("DETACH DATABASE cand")
         self.conn.set_authorizer(self._authorize)
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, LIMITS.max_value_bytes)
 

@@ -91,8 +91,10 @@ class AgentEhrTools:
     """One episode's tools: its patient's censored view, the candidate tables, the embedder and the corpus."""
 
     def __init__(self, views, candidates_file: str | Path, subject_id: int, prediction_time: str, nearest=None,
-                 knowledge=None, source: str = "mimic_iv"):
+                 knowledge=None, source: str = "mimic_iv", censoring: str = "original"):
         self.source = source                                  # the rendering: mimic_iv, or ehrsql_mimic_iii
+        self.censoring = censoring                            # censoring.py: original (the contract) or ehrbench
+        self.candidates_file = str(Path(candidates_file).resolve())
         self.views, self.episode = views, uuid.uuid4().hex     # the patient's shard (views.py), this episode there
         self.subject_id, self.prediction_time = int(subject_id), prediction_time
         self.candidates = candidate_tables(str(Path(candidates_file).resolve()))
@@ -147,7 +149,8 @@ class AgentEhrTools:
             return (f"Error: the current time of this task is {self.prediction_time}; load the EHR at that time "
                     "(records after it do not exist yet).")
         if self.tables is None:
-            opened = await self.views.open(self.episode, self.source, self.subject_id, self.prediction_time)
+            opened = await self.views.open(self.episode, self.source, self.subject_id, self.prediction_time,
+                                           self.censoring, self.candidates_file)
             self.tables = {t: columns for t, (columns, _) in opened.items()}
             self.counts = {t: n for t, (_, n) in opened.items()}
         lines = ["Loading Candidate Tables:"]
@@ -275,10 +278,14 @@ class AgentEhrTools:
     async def tool_run_sql_query(self, subject_id: str, sql_query: str) -> str:
         if err := self._patient(subject_id):
             return err
+        listed = list(self.tables) + list(self.candidates)
+        if not any(t.lower() in str(sql_query).lower() for t in listed):   # the original loaded only the tables
+            return ("Error: The SQL query does not seem to reference any available tables. Available tables: "
+                    f"{listed}")                                            # the query names, and none here
         try:
             columns, rows = await self._query(str(sql_query), SQL_TIMEOUT_S, MAX_ROWS)
-        except QueryError as e:
-            return f"SQL Execution Error: {e}"
+        except QueryError as e:             # pandas' read_sql_query words it so in the original
+            return f"SQL Execution Error: Execution failed on sql '{sql_query}': {e}"
         if not rows:
             return "Query executed successfully but returned no results."
         return _table(columns, rows)

@@ -27,14 +27,15 @@ class PatientViews:
         self.views: OrderedDict[str, CensoredPatient] = OrderedDict()
         self.lock = threading.Lock()
 
-    def open(self, episode: str, source: str, subject_id: int, cutoff: str) -> dict[str, tuple[list[str], int]]:
-        """The episode's censored copies of its patient in rendering `source` at `cutoff`; returns table ->
-        (columns, rows)."""
+    def open(self, episode: str, source: str, subject_id: int, cutoff: str, censoring: str = "original",
+             candidates: str | None = None) -> dict[str, tuple[list[str], int]]:
+        """The episode's censored copies of its patient in rendering `source` at `cutoff` (by the `censoring` rule,
+        with the task's candidate tables beside them for SQL); returns table -> (columns, rows as logged)."""
         folder = self.folders[source]
         path = folder / f"patient_{int(subject_id)}.db"
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such patient file (the run's per-patient split lacks {subject_id})")
-        view = CensoredPatient(path, cutoff, folder / "reference.db", RULES[source])
+        view = CensoredPatient(path, cutoff, folder / "reference.db", RULES[source], censoring, candidates)
         with self.lock:
             old = self.views.pop(episode, None)
             self.views[episode] = view
@@ -42,7 +43,7 @@ class PatientViews:
         for v in [old, *evicted]:
             if v is not None:
                 v.close()
-        return {t: (columns, view.query(f'SELECT COUNT(*) FROM "{t}"')[1][0][0]) for t, columns in view.tables.items()}
+        return {t: (columns, view.counts[t]) for t, columns in view.tables.items()}
 
     def query(self, episode: str, sql: str, params: tuple = (), timeout_s: float = 10.0,
               max_rows: int | None = None) -> tuple:
