@@ -131,7 +131,8 @@ def interaction_errors(calls: list[tuple[str, dict, str]], predicted: list[str])
     similar = sum(1 for i, c in enumerate(calls)
                   if any(p[0] == c[0] and _similar(p[1], c[1]) for p in calls[:i]))
     out["multi_tool_cyclic_loop"] = int(similar > 15 and len({c[0] for c in calls}) > 1)
-    usage = ("Error: Unknown tool", "Error executing tool", "Error: malformed", "Error: Column", "Error: Table")
+    usage = ("Error: Unknown tool", "Unknown tool", "Error executing tool", "Error: malformed", "Error: Column",
+             "Error: Table")                              # "Unknown tool: x": the original's MCP client's wording
     out["tool_usage_error"] = int(any(o.startswith(usage) for _, _, o in calls))
     out["no_candidate_tool"] = int(bool(predicted) and not any(c[0].startswith("get_candidates_by") for c in calls))
     return out
