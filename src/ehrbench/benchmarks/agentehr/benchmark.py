@@ -58,9 +58,9 @@ class Sample:
         return MIMIC_III if self.subset == "mimic_iii" else DB
 
     @property
-    def key(self) -> str:
-        return f"{'mimic_iii/' if self.subset == 'mimic_iii' else ''}{self.task}/{self.subject_id}/" \
-               f"{self.prediction_time}"
+    def key(self) -> str:            # a sample drawn into both Common and Rare is two tasks
+        prefix = {"mimic_iii": "mimic_iii/", "rare": "rare/"}.get(self.subset, "")
+        return f"{prefix}{self.task}/{self.subject_id}/{self.prediction_time}"
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -75,8 +75,12 @@ class Sample:
 
 
 def subsets(items: list[dict]) -> list[str]:
-    """common / rare per sample: the mean over its labels of 1 / (the label's frequency in the task), against the
-    mean of that over the task's samples (the original's label_wise_sample.py)."""
+    """Each item's `subset` as its file says (the authoring draws Common and Rare as the original's
+    label_wise_sample.py: `tasks.draw_subsets`); for a file without it, a split by the same weights counted within
+    the file: common / rare per sample, the mean over its labels of 1 / (the label's frequency in the task), against
+    the mean of that over the task's samples."""
+    if items and all(it.get("subset") in ("common", "rare") for it in items):
+        return [it["subset"] for it in items]
     counts: dict[str, int] = defaultdict(int)
     for it in items:
         for name in {x["name"] for x in it["label"]}:
@@ -107,6 +111,9 @@ def load_samples(task_dir: Path, tasks: list[str], subset: str | None = None) ->
                                         "hadm_id, prediction_time, task, label: [{name, ...}]}")
             if it.get("task", task) != task:
                 raise TaskFileError(f"{path}: item {i}: task {it['task']!r} in the {task} file")
+            if it.get("subset", "common") not in ("common", "rare"):
+                raise TaskFileError(f"{path}: item {i}: subset {it['subset']!r}: common or rare (or leave it out: "
+                                    "the file is then split by label frequency)")
         for it, kind in zip(items, [subset] * len(items) if subset else subsets(items)):
             out.append(Sample(task, int(it["subject_id"]), it.get("hadm_id"), str(it["prediction_time"]),
                               tuple(dict.fromkeys(str(x["name"]) for x in it["label"] if x.get("name"))), kind))
@@ -148,10 +155,11 @@ async def nearest_here(table: str, names: list[str], query: str, k: int) -> list
     return await asyncio.to_thread(work)
 
 
-def nearest_in(index):
-    """The same on the run's value index (the ValueIndexActor: on a GPU where the cluster has one)."""
+def nearest_in(index, source: str):
+    """The same on the run's value index (the ValueIndexActor: on a GPU where the cluster has one), over the
+    candidate tables of the sample's rendering."""
     async def nearest(table: str, names: list[str], query: str, k: int) -> list[tuple[str, float]]:
-        return await index.scored(INDEX_NAME, table, "candidate", query, k)
+        return await index.scored(f"{INDEX_NAME}/{source}", table, "candidate", query, k)
     return nearest
 
 
@@ -256,9 +264,11 @@ class AgentEhrBenchmark(Benchmark):
         """Every candidate table's names, for semantic candidate search on the value index."""
         from .tools import candidate_tables
 
-        files = {t.candidates for t in tasks if t.candidates}
-        return {(INDEX_NAME, table, "candidate"): sorted({str(r[0]) for r in rows})
-                for file in sorted(files) for table, (_, rows) in candidate_tables(file).items()}
+        from .tools import candidate_names
+
+        files = {(t.source, t.candidates) for t in tasks if t.candidates}
+        return {(f"{INDEX_NAME}/{source}", table, "candidate"): sorted(set(candidate_names(columns, rows)))
+                for source, file in sorted(files) for table, (columns, rows) in candidate_tables(file).items()}
 
     def service(self, name: str, shard: int, shards: int, paths: dict[str, str]):
         from .views import PatientViews
@@ -281,14 +291,12 @@ class AgentEhrBenchmark(Benchmark):
         from .tasks import write_candidates
 
         folders = patient_folders(paths)
-        candidates = folders[DB] / "candidates.db"
-        if not candidates.exists():
-            write_candidates(paths[DB], candidates, paths[MIMIC_III])
-        missing = [t.key for t in tasks if not (folders[t.source] / f"patient_{t.subject_id}.db").exists()]
-        if missing:
-            raise TaskFileError(f"{self.options['task_dir']}: {len(missing)} samples name patients this database does "
-                                f"not have (e.g. {missing[0]}); write samples for this world (authoring)")
-        return [replace(t, folder=str(folders[t.source]), candidates=str(candidates)) for t in tasks]
+        candidates = {}
+        for source in sorted({t.source for t in tasks}):         # each rendering's own, as the original built
+            candidates[source] = folders[source] / "candidates.db"   # one from each database
+            if not candidates[source].exists():
+                write_candidates(paths[source], candidates[source], source)
+        return [replace(t, folder=str(folders[t.source]), candidates=str(candidates[t.source])) for t in tasks]
 
     def episode(self, task: Sample, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
                 seed: int) -> Episode:
@@ -300,7 +308,7 @@ class AgentEhrBenchmark(Benchmark):
         folder = Path(task.folder)
         views = hosts.services["patients"].for_patient(task.subject_id) if "patients" in hosts.services \
             else InProcess(PatientViews({task.source: folder}))
-        nearest = nearest_in(hosts.index) if hosts.index is not None else nearest_here
+        nearest = nearest_in(hosts.index, task.source) if hosts.index is not None else nearest_here
         knowledge = bool(o.get("knowledge", False))       # the substitute corpus: off unless asked for
         tools = AgentEhrTools(views, task.candidates, task.subject_id, task.prediction_time, nearest,
                               Knowledge() if knowledge else None, task.source, self.censoring())

@@ -10,9 +10,9 @@ only `name` is scored). One sample per patient and task, at a seeded random even
   `data/atc.yaml`; orders of drugs without a group are dropped, as the original drops NDCs without an ATC name;
 - microbiologyevents: t = chartdate - 1 min (the day before, 23:59); labels = the test names of that day;
 - transfers: t = intime - 1 min of a transfer (eventtype 'transfer'); labels = its care unit.
-CCS comes from `data/ccs.yaml` (HCUP's grouper, written by scripts/derive_agentehr_vocab.py). Candidate tables hold
-every name a task can be answered with (all 283 CCS diagnosis categories, all procedure categories, every lab label,
-ATC group, test name and care unit of the world).
+CCS comes from `data/ccs.yaml` (HCUP's grouper, written by scripts/derive_agentehr_vocab.py). A diagnosis code
+without a CCS category is labelled UNKNOWN_TITLE, as the original labels it. Candidate tables (`write_candidates`,
+one database per rendering) are built as the original's candidate_processing.py builds them.
 """
 from __future__ import annotations
 
@@ -107,10 +107,15 @@ def _day_end(when: str) -> str:
     return f"{when[:10]} 23:58:00"
 
 
-def _ccs(kind: str, name_at: int, version_at: int | None, code_keys: tuple[str, ...]):
+UNKNOWN_TITLE = "UNKNOWN_TITLE"     # the original's name for a diagnosis code its CCS table does not map
+
+
+def _ccs(kind: str, name_at: int, version_at: int | None, code_keys: tuple[str, ...], unknown: bool = False):
+    """A row's CCS label; an unmapped code is UNKNOWN_TITLE where the original kept it so (diagnoses), else none
+    (the original's procedures task assumed every code maps)."""
     def label(row: tuple) -> dict | None:
         version = 9 if version_at is None else row[version_at]
-        name = ccs_name(kind, version, row[name_at])
+        name = ccs_name(kind, version, row[name_at]) or (UNKNOWN_TITLE if unknown else None)
         return None if name is None else {"name": name, **dict(zip(code_keys, row[name_at:]))}
     return label
 
@@ -133,7 +138,7 @@ RULES: dict[str, dict[str, LabelRule]] = {
         "diagnoses_ccs": LabelRule(
             "SELECT a.subject_id, a.dischtime, a.hadm_id, d.icd_code, d.icd_version, d.seq_num FROM admissions a "
             "JOIN diagnoses_icd d USING (hadm_id) WHERE a.dischtime IS NOT NULL ORDER BY d.seq_num",
-            _minus_minutes(2), _ccs("diagnoses", 3, 4, ("icd_code", "icd_version", "seq_num"))),
+            _minus_minutes(2), _ccs("diagnoses", 3, 4, ("icd_code", "icd_version", "seq_num"), unknown=True)),
         "procedures_ccs": LabelRule(
             "SELECT subject_id, chartdate, hadm_id, icd_code, icd_version FROM procedures_icd ORDER BY seq_num",
             _day_end, _ccs("procedures", 3, 4, ("icd_code", "icd_version"))),
@@ -153,7 +158,7 @@ RULES: dict[str, dict[str, LabelRule]] = {
         "diagnoses_ccs": LabelRule(
             "SELECT a.SUBJECT_ID, a.DISCHTIME, a.HADM_ID, d.ICD9_CODE FROM ADMISSIONS a JOIN DIAGNOSES_ICD d "
             "USING (HADM_ID) WHERE a.DISCHTIME IS NOT NULL ORDER BY d.ROW_ID",
-            _minus_minutes(2), _ccs("diagnoses", 3, None, ("icd9_code",))),
+            _minus_minutes(2), _ccs("diagnoses", 3, None, ("icd9_code",), unknown=True)),
         "procedures_ccs": LabelRule(
             "SELECT SUBJECT_ID, date(CHARTTIME), HADM_ID, ICD9_CODE FROM PROCEDURES_ICD ORDER BY ROW_ID",
             _day_end, _ccs("procedures", 3, None, ("icd9_code",))),
@@ -195,49 +200,100 @@ def make_samples(source: str | Path, seed: int = 42, patients: set[int] | None =
     return {task: [s for s in samples if s["label"]] for task, samples in out.items()}
 
 
-def write_candidates(source: str | Path, path: str | Path, mimic_iii: str | Path | None = None) -> Path:
-    """The candidate database: one table per task with a `candidate` column (and the codes where there are). With
-    the EHRSQL MIMIC-III rendering, its lab labels, specimen types and care units join the lists (names new to them
-    case-insensitively), as the original aggregates both databases' items."""
+def label_counts(source: str | Path, rendering: str = "mimic_iv") -> dict[str, dict[str, int]]:
+    """task -> label name -> how many events carry it in the whole rendering (every patient): the original's
+    item_set/<task>.csv, which its Common / Rare sampling weighs samples by."""
+    conn = sqlite3.connect(f"file:{Path(source).resolve()}?mode=ro", uri=True)
+    try:
+        out: dict[str, dict[str, int]] = {}
+        for task, rule in RULES[rendering].items():
+            counts: dict[str, int] = {}
+            for row in conn.execute(rule.sql):
+                if (label := rule.label(row)) is not None:
+                    counts[label["name"]] = counts.get(label["name"], 0) + 1
+            out[task] = counts
+        return out
+    finally:
+        conn.close()
+
+
+def draw_subsets(items: list[dict], counts: dict[str, int], size: int, seed: int = 42) -> list[dict]:
+    """The original's label_wise_sample.py, run twice: a sample weighs the mean over its labels of 1 / the label's
+    count in the corpus; Common draws `size` samples without replacement, with probability in proportion to that
+    weight, from those weighing at most the mean weight, Rare from those weighing at least it (a sample at the mean
+    may be in both). Each drawn item carries its `subset`."""
+    import numpy as np
+
+    weights = [float(np.mean([1 / counts[x["name"]] for x in it["label"] if counts.get(x["name"])]))
+               if any(counts.get(x["name"]) for x in it["label"]) else 0.0 for it in items]
+    mean = sum(weights) / len(weights) if weights else 0.0
+    out = []
+    for subset, keep in (("common", lambda w: w <= mean), ("rare", lambda w: w >= mean)):
+        pool = [(i, w) for i, w in enumerate(weights) if w > 0 and keep(w)]
+        if not pool:
+            continue
+        p = np.array([w for _, w in pool])
+        rng = np.random.default_rng([seed, 0 if subset == "common" else 1])
+        chosen = rng.choice(len(pool), size=min(size, len(pool)), replace=False, p=p / p.sum())
+        out += [{**items[pool[j][0]], "subset": subset} for j in chosen]
+    return out
+
+
+# The candidate tables as the original's candidate_processing.py builds them from one database: its d_ccs_* and
+# d_atc tables whole (one row per code, every column as text, the name renamed `candidate`), and the distinct names
+# of microbiology tests and of care units moved to by a transfer (eventtype 'transfer'). Per rendering: the SQL of
+# (lab dictionary, test names, care units, prescribed drugs).
+CANDIDATE_SQL = {
+    "mimic_iv": ("SELECT itemid, label, fluid, category FROM d_labitems ORDER BY itemid",
+                 "SELECT DISTINCT test_name FROM microbiologyevents WHERE test_name IS NOT NULL ORDER BY rowid",
+                 "SELECT DISTINCT careunit FROM transfers WHERE eventtype = 'transfer' AND careunit IS NOT NULL "
+                 "ORDER BY rowid",
+                 "SELECT DISTINCT drug FROM prescriptions WHERE drug IS NOT NULL ORDER BY drug"),
+    "ehrsql_mimic_iii": ("SELECT ITEMID, LABEL, NULL, NULL FROM D_LABITEMS ORDER BY ITEMID",
+                         "SELECT DISTINCT SPEC_TYPE_DESC FROM MICROBIOLOGYEVENTS WHERE SPEC_TYPE_DESC IS NOT NULL "
+                         "ORDER BY ROW_ID",
+                         "SELECT DISTINCT CAREUNIT FROM TRANSFERS WHERE EVENTTYPE = 'transfer' AND CAREUNIT IS NOT "
+                         "NULL ORDER BY ROW_ID",
+                         "SELECT DISTINCT DRUG FROM PRESCRIPTIONS WHERE DRUG IS NOT NULL ORDER BY DRUG"),
+}
+
+
+def _text_rows(rows) -> list[tuple]:
+    """convert_d_to_db's cells: str of each value, '' for a missing one."""
+    return [tuple("" if v is None else str(v) for v in r) for r in rows]
+
+
+def write_candidates(source: str | Path, path: str | Path, rendering: str = "mimic_iv") -> Path:
+    """The candidate database of one rendering, each task's table with a `candidate` column: CCS categories one row
+    per ICD code (icd_code, icd_version, ccs_code, candidate), ATC groups one row per prescribed drug (drug,
+    atc_code, candidate: the world's orders carry no NDC), the lab dictionary (itemid, candidate, fluid, category),
+    and the distinct test names and transfer care units. The world's codes stand for HCUP's and the ATC index's."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.unlink(missing_ok=True)
     src = sqlite3.connect(f"file:{Path(source).resolve()}?mode=ro", uri=True)
     out = sqlite3.connect(tmp)
-    try:
-        table = ccs()
-        out.execute("CREATE TABLE diagnoses_ccs_candidates (candidate TEXT, ccs_category INTEGER)")
-        out.executemany("INSERT INTO diagnoses_ccs_candidates VALUES (?, ?)",
-                        [(n, k) for k, n in table["diagnosis_categories"].items()])
-        out.execute("CREATE TABLE procedures_ccs_candidates (candidate TEXT, ccs_category INTEGER)")
-        out.executemany("INSERT INTO procedures_ccs_candidates VALUES (?, ?)",
-                        [(n, k) for k, n in table["procedure_categories"].items()])
-        out.execute("CREATE TABLE prescriptions_atc_candidates (candidate TEXT, atc_code TEXT)")
-        out.executemany("INSERT INTO prescriptions_atc_candidates VALUES (?, ?)",
-                        [(n, code) for code, n in atc()["groups"].items()])
-        out.execute("CREATE TABLE labevents_candidates (candidate TEXT, itemid INTEGER, fluid TEXT, category TEXT)")
-        labs = src.execute("SELECT label, itemid, fluid, category FROM d_labitems ORDER BY itemid").fetchall()
-        from ...world.vocab import vocabulary
+    labs_sql, tests_sql, units_sql, drugs_sql = CANDIDATE_SQL[rendering]
 
-        tests = sorted({spec["mimic_test"].upper() for spec in vocabulary().micro.values()})
-        units = sorted({u for (u,) in src.execute("SELECT DISTINCT careunit FROM transfers "
-                                                  "WHERE careunit IS NOT NULL")})
-        if mimic_iii is not None:
-            iii = sqlite3.connect(f"file:{Path(mimic_iii).resolve()}?mode=ro", uri=True)
-            try:
-                labs += [(n, i, None, None) for n, i in iii.execute("SELECT LABEL, ITEMID FROM D_LABITEMS ORDER BY "
-                                                                    "ITEMID")]
-                tests += [x for (x,) in iii.execute("SELECT DISTINCT SPEC_TYPE_DESC FROM MICROBIOLOGYEVENTS WHERE "
-                                                    "SPEC_TYPE_DESC IS NOT NULL ORDER BY 1")]
-                units += [x for (x,) in iii.execute("SELECT DISTINCT CAREUNIT FROM TRANSFERS WHERE CAREUNIT IS NOT "
-                                                    "NULL ORDER BY 1")]
-            finally:
-                iii.close()
-        out.executemany("INSERT INTO labevents_candidates VALUES (?, ?, ?, ?)", _first_of_each(labs))
-        out.execute("CREATE TABLE microbiologyevents_candidates (candidate TEXT PRIMARY KEY)")
-        out.executemany("INSERT INTO microbiologyevents_candidates VALUES (?)", _first_of_each((x,) for x in tests))
-        out.execute("CREATE TABLE transfers_candidates (candidate TEXT PRIMARY KEY)")
-        out.executemany("INSERT INTO transfers_candidates VALUES (?)", _first_of_each((u,) for u in units))
+    def table(name: str, columns: tuple[str, ...], rows, key: bool = False) -> None:
+        spec = ", ".join(f"{c} TEXT" + (" PRIMARY KEY" if key else "") for c in columns)
+        out.execute(f"CREATE TABLE {name} ({spec})")
+        out.executemany(f"INSERT OR IGNORE INTO {name} VALUES ({', '.join('?' * len(columns))})", _text_rows(rows))
+    try:
+        ccs_table = ccs()
+        versions = (9,) if rendering == "ehrsql_mimic_iii" else (9, 10)
+        for kind, names, task in (("diagnoses", "diagnosis_categories", "diagnoses_ccs"),
+                                  ("procedures", "procedure_categories", "procedures_ccs")):
+            table(CANDIDATE_TABLES[task], ("icd_code", "icd_version", "ccs_code", "candidate"),
+                  [(code, v, number, ccs_table[names][number]) for v in versions
+                   for code, number in sorted(ccs_table[kind].get(v, {}).items())])
+        groups = atc()["groups"]
+        drugs = [(d, _atc_code(d)) for (d,) in src.execute(drugs_sql)]
+        table(CANDIDATE_TABLES["prescriptions"], ("drug", "atc_code", "candidate"),
+              [(d, code, groups[code]) for d, code in drugs if code])
+        table(CANDIDATE_TABLES["labevents"], ("itemid", "candidate", "fluid", "category"), src.execute(labs_sql))
+        table(CANDIDATE_TABLES["microbiologyevents"], ("candidate",), src.execute(tests_sql), key=True)
+        table(CANDIDATE_TABLES["transfers"], ("candidate",), src.execute(units_sql), key=True)
         out.commit()
     finally:
         out.close()
@@ -246,12 +302,8 @@ def write_candidates(source: str | Path, path: str | Path, mimic_iii: str | Path
     return path
 
 
-def _first_of_each(rows) -> list[tuple]:
-    """Rows whose first value (a name) is new, case-insensitively."""
-    seen: set[str] = set()
-    out = []
-    for row in rows:
-        if str(row[0]).lower() not in seen:
-            seen.add(str(row[0]).lower())
-            out.append(tuple(row))
-    return out
+def _atc_code(drug: str) -> str | None:
+    """The ATC group code of a drug as the rendering spells it."""
+    by_name = {name.lower(): code for code, name in atc()["groups"].items()}
+    group = atc_by_drug_name().get(drug) or _atc_lower().get(str(drug).lower())
+    return None if group is None else by_name.get(group.lower())

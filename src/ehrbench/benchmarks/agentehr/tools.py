@@ -75,6 +75,12 @@ def timestamp_column(columns: list[str]) -> str | None:
 
 
 @functools.lru_cache(maxsize=8)
+def candidate_names(columns: list[str], rows: list[tuple]) -> list[str]:
+    """A candidate table's names, in its order (its `candidate` column)."""
+    at = columns.index("candidate") if "candidate" in columns else 0
+    return [str(r[at]) for r in rows]
+
+
 def candidate_tables(path: str) -> dict[str, tuple[list[str], list[tuple]]]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
@@ -315,14 +321,15 @@ class AgentEhrTools:
         if found is None:
             return f"Error: Table '{table_name}' not found in candidate tables."
         columns, rows = found
+        names = candidate_names(columns, rows)
         out = []
         for keyword in [keywords] if isinstance(keywords, str) else list(keywords):
-            scored = sorted(((round(fuzz.ratio(str(r[0]).lower(), str(keyword).lower())), r) for r in rows),
+            scored = sorted(((round(fuzz.ratio(n.lower(), str(keyword).lower())), n, r) for n, r in zip(names, rows)),
                             key=lambda x: -x[0])
             seen, top = set(), []
-            for score, r in scored:
-                if score >= FUZZY_THRESHOLD and r[0] not in seen:
-                    seen.add(r[0])
+            for score, name, r in scored:
+                if score >= FUZZY_THRESHOLD and name not in seen:
+                    seen.add(name)
                     top.append((*r, score))
                 if len(top) == FUZZY_LIMIT:
                     break
@@ -335,7 +342,7 @@ class AgentEhrTools:
         found = self._candidate_table(table_name)
         if found is None:
             return f"Error: Table '{table_name}' not found in candidate tables."
-        names = list(dict.fromkeys(str(r[0]) for r in found[1]))
+        names = list(dict.fromkeys(candidate_names(*found)))
         out = []
         for q in [query] if isinstance(query, str) else list(query):
             ranked = [(n, round(s, 3)) for n, s in await self.nearest(table_name, names, str(q), SEMANTIC_LIMIT)
