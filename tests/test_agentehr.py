@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ def world(tmp_path_factory):
     source = build_database("mimic_iv", SPEC, root)
     folder = split_patients(source, root)
     write_candidates(source, folder / "candidates.db")
-    return folder, make_samples(source)
+    return folder, make_samples(source), source
 
 
 async def _fake_embed(table, names, query, k):
@@ -46,7 +47,7 @@ async def _fake_embed(table, names, query, k):
 
 
 def _tools(world, sample):
-    folder, _ = world
+    folder = world[0]
     return AgentEhrTools(InProcess(PatientViews({"mimic_iv": folder})), folder / "candidates.db", sample["subject_id"],
                          sample["prediction_time"], _fake_embed, Knowledge())
 
@@ -279,12 +280,89 @@ def test_the_cap_deletes_the_oldest_steps_for_good_and_the_summarizer_reads_what
     assert refused.summary is None                                   # no summary, the trial goes on and is scored
 
 
+def _history_baseline(source, task: str, sample: dict) -> list[str]:
+    """What "the same as last time" predicts, written from the raw database and the original's censoring on paper
+    (a table is cut by its first time column, strictly before t; a date-only column counts from 23:59 of its day),
+    with CCS and ATC names from the vocabulary files, not the candidate tables."""
+    from ehrbench.benchmarks.agentehr.tasks import _atc, ccs_name
+
+    db, t, subject = sqlite3.connect(source), sample["prediction_time"], sample["subject_id"]
+
+    def rows(sql, *args):
+        return db.execute(sql, (subject, *args)).fetchall()
+    if task == "diagnoses_ccs":         # charttime: the admission's discharge less a minute (the original adds it)
+        seen = rows("SELECT a.hadm_id FROM admissions a WHERE a.subject_id = ? AND a.admittime < ?1 AND "
+                    "datetime(a.dischtime, '-1 minute') < ?2 AND EXISTS (SELECT 1 FROM diagnoses_icd d WHERE "
+                    "d.hadm_id = a.hadm_id) ORDER BY a.admittime DESC LIMIT 1".replace("?1", "?").replace("?2", "?"),
+                    t, t)
+        codes = rows("SELECT icd_code, icd_version FROM diagnoses_icd WHERE subject_id = ? AND hadm_id = ?",
+                     seen[0][0]) if seen else []
+        names = [ccs_name("diagnoses", v, c) for c, v in codes]
+    elif task == "procedures_ccs":      # chartdate: date-only, so 23:59 of its day
+        days = rows("SELECT MAX(date(chartdate)) FROM procedures_icd WHERE subject_id = ? AND "
+                    "datetime(date(chartdate), '+23 hours', '+59 minutes') < ?", t)
+        codes = rows("SELECT icd_code, icd_version FROM procedures_icd WHERE subject_id = ? AND date(chartdate) = ?",
+                     days[0][0])
+        names = [ccs_name("procedures", v, c) for c, v in codes]
+    elif task == "labevents":
+        names = [n for (n,) in rows("SELECT d.label FROM labevents l JOIN d_labitems d USING (itemid) WHERE "
+                                    "l.subject_id = ? AND l.charttime = (SELECT MAX(charttime) FROM labevents WHERE "
+                                    "subject_id = ?1 AND charttime < ?)".replace("?1", "?"), subject, t)]
+    elif task == "prescriptions":
+        names = [(_atc((0, 0, 0, d)) or {}).get("name") for (d,) in rows(
+            "SELECT drug FROM prescriptions WHERE subject_id = ? AND starttime = (SELECT MAX(starttime) FROM "
+            "prescriptions WHERE subject_id = ?1 AND starttime < ?)".replace("?1", "?"), subject, t)]
+    elif task == "microbiologyevents":  # chartdate is the first time column; date-only unless it holds a time
+        sample_values = [v for (v,) in rows("SELECT chartdate FROM microbiologyevents WHERE subject_id = ? AND "
+                                            "chartdate IS NOT NULL LIMIT 10")]
+        date_only = not any(len(v) > 10 and " " in v for v in sample_values)
+        seen_at = "datetime(date(chartdate), '+23 hours', '+59 minutes')" if date_only else "datetime(chartdate)"
+        day = rows(f"SELECT MAX(date(chartdate)) FROM microbiologyevents WHERE subject_id = ? AND {seen_at} < ?", t)
+        names = [n for (n,) in rows("SELECT test_name FROM microbiologyevents WHERE subject_id = ? AND "
+                                    "date(chartdate) = ?", day[0][0])]
+    else:
+        names = [n for (n,) in rows("SELECT careunit FROM transfers WHERE subject_id = ? AND intime < ? AND "
+                                    "eventtype = 'transfer' AND careunit IS NOT NULL ORDER BY intime DESC LIMIT 1",
+                                    t)]
+    db.close()
+    return sorted({n for n in names if n})
+
+
+@pytest.mark.parametrize("task", ["diagnoses_ccs", "procedures_ccs", "labevents", "prescriptions",
+                                  "microbiologyevents", "transfers"])
+def test_the_reference_predicts_from_the_censored_view_what_an_independent_reading_predicts(world, task):
+    """The reference reaches its answer through load_ehr and run_sql_query on the trial's censored view (it is never
+    given the labels), and its answer is what the history baseline gives when written independently from the raw
+    database; its F1 is the paper's formula on that answer. Some of its answers are wrong: F1 < 1 somewhere."""
+    from ehrbench.benchmarks.agentehr.agent import ReferenceAgent
+
+    async def scripted():
+        return None
+    f1s = []
+    for sample in world[1][task][:12]:
+        agent = ReferenceAgent(task, sample["subject_id"], sample["prediction_time"], scripted)
+        tools = _tools(world, sample)
+        record = run(run_trial("k", 0, agent, None, tools, lambda r: asyncio.sleep(0, 0.0), opening="q"))
+        run(tools.close())
+        assert [m["tool_call"]["name"] for m in record.messages if m.get("tool_call")] == ["load_ehr",
+                                                                                          "run_sql_query"]
+        predicted = parse_prediction(record.messages[-1]["content"])
+        expected = _history_baseline(world[2], task, sample)
+        assert sorted(predicted) == expected, (sample, record.messages[-2]["content"])
+        truth = {x["name"].lower() for x in sample["label"]}
+        hit = len(truth & {p.lower() for p in predicted})
+        p, r = (hit / len(predicted) if predicted else 0), hit / len(truth)
+        f1s.append(2 * p * r / (p + r) if p + r else 0.0)
+        assert f1(predicted, [x["name"] for x in sample["label"]])["f1"] == pytest.approx(f1s[-1])
+    assert min(f1s) < 1.0
+
+
 def _main(args, timeout=600):
     return subprocess.run([sys.executable, "-m", "ehrbench", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
-def test_the_reference_scores_f1_1_on_every_task_through_ray_and_mlflow(ray_cluster, tmp_path, shared_world):
+def test_the_reference_runs_every_task_and_subset_through_ray_and_mlflow(ray_cluster, tmp_path, shared_world):
     store = mlflow_store(tmp_path / "mlruns")
     out = _main(["benchmark=agentehr", "limit_tasks=3", "trials=2", "data.dictionary=used",
                  f"data.root={shared_world / 'gen'}", f"tracking.root={store}",
@@ -295,10 +373,10 @@ def test_the_reference_scores_f1_1_on_every_task_through_ray_and_mlflow(ray_clus
     [run_] = mlflow.search_runs(experiment_names=["agentehr"], output_format="list")
     m = run_.data.metrics
     tasks = ("diagnoses_ccs", "procedures_ccs", "labevents", "prescriptions", "microbiologyevents", "transfers")
-    assert m["F1"] == 1.0 and all(m[f"{t}/F1"] == 1.0 for t in tasks)
-    assert m["mimic_iii/F1"] == 1.0 and all(m[f"{t}/mimic_iii/F1"] == 1.0 for t in tasks)     # the schema shift
-    assert m["common/F1"] == m["rare/F1"] == 1.0
-    assert m["errors/no_prediction"] == 0.0 and m["trials_valid"] >= 2 * 6 * 3 * 3
+    assert all(0.0 <= m[f"{t}/F1"] <= 1.0 for t in tasks)                              # the history baseline
+    assert all(0.0 <= m[f"{t}/mimic_iii/F1"] <= 1.0 for t in tasks)                    # the schema shift
+    assert m["common/F1"] == pytest.approx(sum(m[f"{t}/common/F1"] for t in tasks) / len(tasks))
+    assert m["errors/tool_usage_error"] == 0.0 and m["trials_valid"] >= 2 * 6 * 3 * 3
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_.info.run_id)}
     assert {"f1_by_task.png", "best_at_k.png", "results_table.txt"} <= artifacts
 
@@ -332,7 +410,7 @@ def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, 
     assert len(requests) == 3
     semantic = requests[2].body["messages"][-1]["content"]          # on the run's value index actor
     assert semantic.startswith(f"--- Semantic search results for '{label}' ---\nFound ")
-    assert re.search(rf"\n {re.escape(label)}\s+1\.000\n", semantic)               # the label itself, cosine 1
+    assert re.search(rf"\n {re.escape(label)}\s+1\.0+(\n|$)", semantic)            # the label itself, cosine 1
     first = requests[0].body["messages"]
     assert first[0]["content"].startswith("<agent_instruction>") and first[1]["tool_calls"][0]["function"][
         "name"] == "load_ehr"
@@ -386,7 +464,7 @@ def test_patients_go_to_their_shard_and_views_close_however_the_trial_ends(ray_c
     from ehrbench.runtime.hosts import PatientRouter, ServiceHost
     from ehrbench.trial import Limits
 
-    folder, samples = world
+    folder, samples, _ = world
     source = folder.parent / (folder.name.removeprefix("agentehr-") + ".sqlite")
     settings = TrialSettings(benchmark="agentehr", benchmark_options={"max_turns": 100}, agent="reference",
                              user="none")
@@ -458,7 +536,7 @@ def test_mutants_score_and_err_as_the_original_s_rules_say(world):
     from ehrbench.benchmarks.agentehr.benchmark import AgentEhrBenchmark, Sample
     from ehrbench.llm.usage import UsageMeter
 
-    folder, samples = world
+    folder, samples, _ = world
     item = max(samples["diagnoses_ccs"], key=lambda s: len(s["label"]))
     labels = list(dict.fromkeys(x["name"] for x in item["label"]))
     assert len(labels) >= 2

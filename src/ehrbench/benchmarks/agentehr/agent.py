@@ -15,8 +15,8 @@ summarizer later sees the trial without it too. The first message, the load, a s
 stay. With the evolving memory
 (`memory.Recall`), the retrieved experience is appended to the first user message from the first model call on.
 
-`ReferenceAgent` reaches every label through the tools: load_ehr, then get_candidates_by_keyword for each label's
-name in the task's candidate table, then finish with the names: it must score F1 = 1.
+`ReferenceAgent` predicts from the censored view through the tools, never from the labels: load_ehr, one
+run_sql_query for the newest events of the task's kind named through the candidate tables, finish with them.
 """
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ from ...llm.base import ChatRequest, InfrastructureError
 from ...llm.tokens import Estimate, TokenCounter
 from ...llm.usage import MeteredModel
 from ...trial import Message, ToolCall
-from .tasks import CANDIDATE_TABLES
 from .tools import SPECS
 
 MAX_TURNS = 100
@@ -146,24 +145,75 @@ class ReActAgent:
         return tool_call_message(response, f"call_{len(history)}")
 
 
-class ReferenceAgent:
-    """The oracle: load, look every label up in the candidate table, finish with them."""
+# The reference's one question per task: the newest events of the task's kind the censored view shows, named as
+# the candidate table names them (CCS and ATC through its code columns), as one " | "-joined cell.
+_LATEST = {
+    "diagnoses_ccs": "SELECT DISTINCT c.candidate AS name FROM {diagnoses} d JOIN diagnoses_ccs_candidates c ON "
+                     "c.icd_code = d.{icd} AND c.icd_version = {version} WHERE d.hadm_id = (SELECT a.hadm_id FROM "
+                     "{admissions} a WHERE a.hadm_id IN (SELECT hadm_id FROM {diagnoses}) ORDER BY a.admittime DESC "
+                     "LIMIT 1)",
+    "procedures_ccs": "SELECT DISTINCT c.candidate AS name FROM {procedures} p JOIN procedures_ccs_candidates c ON "
+                      "c.icd_code = p.{icd} AND c.icd_version = {pversion} WHERE date(p.{pdate}) = (SELECT "
+                      "MAX(date({pdate})) FROM {procedures})",
+    "labevents": "SELECT DISTINCT label AS name FROM {labs} WHERE charttime = (SELECT MAX(charttime) FROM {labs})",
+    "prescriptions": "SELECT DISTINCT c.candidate AS name FROM {rx} p JOIN prescriptions_atc_candidates c ON "
+                     "lower(c.drug) = lower(p.drug) WHERE p.{start} = (SELECT MAX({start}) FROM {rx})",
+    "microbiologyevents": "SELECT DISTINCT {test} AS name FROM {micro} WHERE date({mdate}) = (SELECT MAX(date({mdate})) "
+                          "FROM {micro})",
+    "transfers": "SELECT careunit AS name FROM {transfers} WHERE eventtype = 'transfer' AND careunit IS NOT NULL "
+                 "ORDER BY intime DESC LIMIT 1",
+}
+_NAMES = {       # the two renderings' table and column names (EHRSQL's MIMIC-III: upper case, ICD-9, no dates)
+    "mimic_iv": dict(diagnoses="diagnoses_icd", admissions="admissions", icd="icd_code", version="d.icd_version",
+                     procedures="procedures_icd", pversion="p.icd_version", pdate="chartdate", labs="labevents",
+                     rx="prescriptions", start="starttime", micro="microbiologyevents", test="test_name",
+                     mdate="chartdate", transfers="transfers"),
+    "ehrsql_mimic_iii": dict(diagnoses="DIAGNOSES_ICD", admissions="ADMISSIONS", icd="ICD9_CODE", version="'9'",
+                             procedures="PROCEDURES_ICD", pversion="'9'", pdate="CHARTTIME", labs="LABEVENTS",
+                             rx="PRESCRIPTIONS", start="STARTDATE", micro="MICROBIOLOGYEVENTS",
+                             test="SPEC_TYPE_DESC", mdate="CHARTTIME", transfers="TRANSFERS"),
+}
+SEPARATOR = " | "
 
-    def __init__(self, sample: dict, scripted):
-        self.sample, self.scripted = sample, scripted
-        self.names = list(dict.fromkeys(x["name"] for x in sample["label"]))
+
+def latest_sql(task: str, source: str = "mimic_iv") -> str:
+    """The reference's query for a task over a rendering's censored view: one cell, the names joined."""
+    inner = _LATEST[task].format(**_NAMES[source])
+    return f"SELECT group_concat(name, '{SEPARATOR}') AS names FROM ({inner})"
+
+
+class ReferenceAgent:
+    """The history baseline, reached through the tools as an agent would: load_ehr, then one run_sql_query asking
+    the censored view for the newest events of the task's kind (the last admission's diagnoses, the last day's
+    procedures and cultures, the last draw's labs, the last orders, the last transfer's unit), named through the
+    candidate tables, then finish with the names it read. It never sees the labels: its F1 is what predicting "the
+    same as last time" earns, and `tests/test_agentehr.py` recomputes it from the raw database independently."""
+
+    def __init__(self, task: str, subject_id: int, prediction_time: str, scripted, source: str = "mimic_iv"):
+        self.task, self.subject_id, self.prediction_time = task, subject_id, prediction_time
+        self.scripted, self.source = scripted, source
 
     async def act(self, history: list[Message]) -> Message:
         await self.scripted()
         calls = sum(1 for m in history if m.is_tool_call)
         if calls == 0:
-            return load_call(self.sample["subject_id"], self.sample["prediction_time"])
-        if calls <= len(self.names):
-            name = self.names[calls - 1]
+            return load_call(self.subject_id, self.prediction_time)
+        if calls == 1:
             return Message("assistant", None, tool_call=ToolCall(
-                "get_candidates_by_keyword", {"table_name": CANDIDATE_TABLES[self.sample["task"]], "keyword": name},
-                f"call_{calls}"))
-        return answer(self.names)
+                "run_sql_query", {"subject_id": str(self.subject_id), "sql_query": latest_sql(self.task, self.source)},
+                "call_1"))
+        return answer(read_names(history[-1].content or ""))
+
+
+def read_names(observation: str) -> list[str]:
+    """The names out of the query's printed one-cell table ("names" over the joined value); none for an error, no
+    rows, or a NULL."""
+    lines = observation.splitlines()
+    if len(lines) != 2 or lines[0].strip() != "names":
+        return []
+    value = lines[1].strip()
+    return [] if value in ("", "None", "nan") else [n.strip() for n in value.split(SEPARATOR.strip())
+                                                     if n.strip()]
 
 
 SUMMARY_EVERY = 10

@@ -324,8 +324,8 @@ class AgentEhrBenchmark(Benchmark):
             recall = evolving.Recall(tools, entries, embed, int(o.get("memory_top_k", 1)),
                                      float(o.get("memory_threshold", 0.5)))
         if settings.agent == "reference":
-            agent = ReferenceAgent({**task.item(), "label": [{"name": n} for n in task.labels]},
-                                   ScriptedCall("agent", meter, settings.agent_latency_s))
+            agent = ReferenceAgent(task.task, task.subject_id, task.prediction_time,
+                                   ScriptedCall("agent", meter, settings.agent_latency_s), task.source)
         elif settings.agent == "react":
             agent = ReActAgent(settings.model_for("agent", meter), task.subject_id, task.prediction_time, temperature,
                                seed, turns, recall, self.sampling(settings.agent_model), knowledge,

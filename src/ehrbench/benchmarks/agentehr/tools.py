@@ -74,13 +74,13 @@ def timestamp_column(columns: list[str]) -> str | None:
     return next((c for c in columns if "time" in c.lower() or "date" in c.lower()), None)
 
 
-@functools.lru_cache(maxsize=8)
 def candidate_names(columns: list[str], rows: list[tuple]) -> list[str]:
     """A candidate table's names, in its order (its `candidate` column)."""
     at = columns.index("candidate") if "candidate" in columns else 0
     return [str(r[at]) for r in rows]
 
 
+@functools.lru_cache(maxsize=8)
 def candidate_tables(path: str) -> dict[str, tuple[list[str], list[tuple]]]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
