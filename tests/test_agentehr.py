@@ -410,7 +410,7 @@ def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, 
     assert len(requests) == 3
     semantic = requests[2].body["messages"][-1]["content"]          # on the run's value index actor
     assert semantic.startswith(f"--- Semantic search results for '{label}' ---\nFound ")
-    assert re.search(rf"\n {re.escape(label)}\s+1\.0+(\n|$)", semantic)            # the label itself, cosine 1
+    assert re.search(rf"\n *{re.escape(label)}\s+1\.0+(\n|$)", semantic)           # the label itself, cosine 1
     first = requests[0].body["messages"]
     assert first[0]["content"].startswith("<agent_instruction>") and first[1]["tool_calls"][0]["function"][
         "name"] == "load_ehr"
