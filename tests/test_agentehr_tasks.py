@@ -180,3 +180,24 @@ def test_common_and_rare_are_two_weighted_draws_as_the_original_s_label_wise_sam
     tied = draw_subsets([{"label": [{"name": "A"}]}, {"label": [{"name": "A"}]}], {"A": 3}, 5)
     assert sorted(x["subset"] for x in tied) == ["common", "common", "rare", "rare"]   # at the mean: both
     assert draw_subsets([{"label": [{"name": "Z"}]}], counts, 5) == []          # no counted label: no weight
+
+
+def test_under_the_original_rule_the_mimic_iii_labels_are_hidden_at_t_too(world_iii):
+    """The first-time-column rule on EHRSQL's MIMIC-III: DIAGNOSES_ICD's own CHARTTIME (the admission's) is replaced
+    by the discharge's less a minute, as the original's preprocessing dates MIMIC-IV's codes, and a procedure is
+    asked for a minute before its time; so what is to be predicted is not on view at t."""
+    from ehrbench.benchmarks.agentehr.censoring import EHRSQL_MIMIC_III
+
+    queries = {"diagnoses_ccs": "SELECT COUNT(*) FROM DIAGNOSES_ICD WHERE HADM_ID = ?",
+               "procedures_ccs": "SELECT COUNT(*) FROM PROCEDURES_ICD WHERE CHARTTIME = ?",
+               "labevents": "SELECT COUNT(*) FROM LABEVENTS WHERE CHARTTIME = ?",
+               "transfers": "SELECT COUNT(*) FROM TRANSFERS WHERE INTIME = ?"}
+    for task, sql in queries.items():
+        for s in world_iii["samples"][task][:8]:
+            t = datetime.fromisoformat(s["prediction_time"])
+            key = s["hadm_id"] if task == "diagnoses_ccs" else str(t + timedelta(minutes=1))
+            path = patient_file(world_iii["folder"], s["subject_id"])
+            shown = CensoredPatient(path, str(t), rules=EHRSQL_MIMIC_III, censoring="original")
+            assert shown.query(sql, (key,))[1] == [(0,)], (task, s)
+            later = CensoredPatient(path, str(t + timedelta(days=2)), rules=EHRSQL_MIMIC_III, censoring="original")
+            assert later.query(sql, (key,))[1][0][0] >= 1, (task, s)

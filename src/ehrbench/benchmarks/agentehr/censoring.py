@@ -203,17 +203,20 @@ def _text(sql: str) -> str:
 
 
 def _added_columns(conn: sqlite3.Connection, table: str, columns: list[str]) -> list[tuple[str, str]]:
-    """The columns the original's patient_event2db adds before storing (names as MIMIC-IV's, case-sensitive as
-    there): diagnoses_icd.charttime, the admission's discharge time less one minute (else ''); admissions.text,
-    the admission's discharge summary up to "Physical Exam", stripped (the last note of the admission)."""
-    tables = {n for (n,) in conn.execute("SELECT name FROM raw.sqlite_master WHERE type = 'table'")}
+    """The columns the original's patient_event2db adds before storing: diagnoses_icd.charttime, the admission's
+    discharge time less one minute (else ''); admissions.text, the admission's discharge summary up to "Physical
+    Exam", stripped (the last note of the admission). Names are matched case-insensitively: EHRSQL's MIMIC-III
+    DIAGNOSES_ICD already has a CHARTTIME (the admission's time, which would show a stay's codes from its first
+    minute), and it is given the discharge's, as the original gives MIMIC-IV's codes."""
+    tables = {n.lower() for (n,) in conn.execute("SELECT name FROM raw.sqlite_master WHERE type = 'table'")}
     out = [(c, f't."{c}"') for c in columns]
-    if table == "diagnoses_icd" and "admissions" in tables:
+    lower = [c.lower() for c in columns]
+    if table.lower() == "diagnoses_icd" and "admissions" in tables:
         charttime = ("COALESCE((SELECT strftime('%Y-%m-%d %H:%M:%S', a.dischtime, '-1 minute') FROM raw.admissions a "
                      "WHERE a.hadm_id = t.hadm_id AND a.dischtime IS NOT NULL), '')")
-        out = [(c, charttime if c == "charttime" else e) for c, e in out] + \
-            ([] if "charttime" in columns else [("charttime", charttime)])
-    if table == "admissions" and "discharge" in tables and \
+        out = [(c, charttime if c.lower() == "charttime" else e) for c, e in out] + \
+            ([] if "charttime" in lower else [("charttime", charttime)])
+    if table.lower() == "admissions" and "discharge" in tables and \
             conn.execute('SELECT 1 FROM raw."discharge" LIMIT 1').fetchone() is not None:
         spaces = "char(32, 9, 10, 11, 12, 13)"
         cut = (f"trim(CASE WHEN instr(d.text, '{DISCHARGE_TEXT_END}') > 0 THEN substr(d.text, 1, "

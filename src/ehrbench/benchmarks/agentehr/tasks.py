@@ -131,8 +131,8 @@ def _atc_lower() -> dict[str, str]:
 
 
 # The original's rules (data_preprocess/meta_sql_data_generation.py: t = the first time column - 1 minute, labels =
-# the events at that time), per rendering. EHRSQL's MIMIC-III has no procedure dates but times; its procedures are
-# known at the end of their day, as MIMIC-IV's dated ones. Its microbiology has no chartdate: its charttime is first.
+# the events at that time), per rendering. EHRSQL's MIMIC-III has no procedure dates but times: t is the time less a
+# minute, as for any timed event. Its microbiology has no chartdate: its charttime is first.
 RULES: dict[str, dict[str, LabelRule]] = {
     "mimic_iv": {
         "diagnoses_ccs": LabelRule(
@@ -159,9 +159,9 @@ RULES: dict[str, dict[str, LabelRule]] = {
             "SELECT a.SUBJECT_ID, a.DISCHTIME, a.HADM_ID, d.ICD9_CODE FROM ADMISSIONS a JOIN DIAGNOSES_ICD d "
             "USING (HADM_ID) WHERE a.DISCHTIME IS NOT NULL ORDER BY d.ROW_ID",
             _minus_minutes(2), _ccs("diagnoses", 3, None, ("icd9_code",), unknown=True)),
-        "procedures_ccs": LabelRule(
-            "SELECT SUBJECT_ID, date(CHARTTIME), HADM_ID, ICD9_CODE FROM PROCEDURES_ICD ORDER BY ROW_ID",
-            _day_end, _ccs("procedures", 3, None, ("icd9_code",))),
+        "procedures_ccs": LabelRule(           # its first time column is a time: that time - 1 min
+            "SELECT SUBJECT_ID, CHARTTIME, HADM_ID, ICD9_CODE FROM PROCEDURES_ICD ORDER BY ROW_ID",
+            _minus_minutes(1), _ccs("procedures", 3, None, ("icd9_code",))),
         "labevents": LabelRule(
             "SELECT l.SUBJECT_ID, l.CHARTTIME, l.HADM_ID, d.LABEL, l.ITEMID FROM LABEVENTS l JOIN D_LABITEMS d "
             "USING (ITEMID)", _minus_minutes(1), lambda r: {"name": r[3], "itemid": r[4]}),
