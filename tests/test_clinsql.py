@@ -149,12 +149,12 @@ class StubModel:
         return ChatResponse(text=self.texts.pop(0))
 
 
-def test_an_unreadable_grader_reply_is_asked_again_then_fails_never_passes():
+def test_under_contract_ehrbench_an_unreadable_reply_is_asked_again_then_fails_never_passes():
     task = _task()
     leaf = next(task.sql_tree.leaves())
-    twice = LlmGrader(StubModel("Looks right to me, 1", "Score: 0\nExplanation: wrong cohort"))
+    twice = LlmGrader(StubModel("Looks right to me, 1", "Score: 0\nExplanation: wrong cohort"), original=False)
     assert asyncio.run(twice.decide(leaf, "p")).score == 0.0
-    never = LlmGrader(StubModel("maybe 1", "still 1?"))
+    never = LlmGrader(StubModel("maybe 1", "still 1?"), original=False)
     with pytest.raises(InfrastructureError, match="no readable 'Score: 0\\|1' after 2 tries"):
         asyncio.run(never.decide(leaf, "p"))
 
@@ -233,7 +233,9 @@ def _main(args, cwd=ROOT, timeout=600):
                           timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
-def test_the_reference_scores_100_on_both_scores_through_ray_and_mlflow(small_world, ray_cluster, tmp_path):
+def test_the_reference_scores_100_offline_through_ray_and_mlflow(small_world, ray_cluster, tmp_path):
+    """No judge (the reference gets none under grader=auto): the rule checker and the syntax-tree grader decide, and
+    the scores carry the offline_ names, not the paper's."""
     store = mlflow_store(tmp_path / "mlruns")
     out = _main(["benchmark=clinsql", f"benchmark.task_dir={small_world / 'tasks'}", f"data.scale={SCALE}",
                  "trials=1", f"data.root={small_world / 'gen'}", f"tracking.root={store}",
@@ -242,8 +244,10 @@ def test_the_reference_scores_100_on_both_scores_through_ray_and_mlflow(small_wo
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["clinsql"], output_format="list")
     m = run.data.metrics
-    assert m["sql_score"] == m["exec_score"] == 100.0 and m["trials_valid"] == 18
-    assert m["easy/sql_score"] == m["hard/exec_score"] == m["Vital_Signs_Monitoring/exec_score"] == 100.0
+    assert m["offline_sql_score"] == m["offline_exec_score"] == 100.0 and m["trials_valid"] == 18
+    assert "sql_score" not in m and "exec_score" not in m
+    assert m["easy/offline_sql_score"] == m["hard/offline_exec_score"] == \
+        m["Vital_Signs_Monitoring/offline_exec_score"] == 100.0
     assert m["leaf_pass/sql/Patient_Cohort_Construction"] == 100.0
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"results_table.txt", "scores_by_difficulty.png"} <= artifacts
@@ -262,7 +266,12 @@ def test_tasks_authored_for_another_world_stop_the_run_at_start(small_world, tmp
 
 def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_cluster, tmp_path):
     """`benchmark=clinsql model=gemini-2.5-flash grader=gemini-2.5-flash` with the real google-genai client: a
-    failing query, one refinement that runs, then one grader call per SQL leaf (one reply unreadable, asked again)."""
+    failing query, one refinement that runs, then the judge on every leaf, SQL and results, each asked exactly as
+    the authors' scorer asks it (`original_prompt`), at temperature 0.2; one reply it cannot read scores as the
+    original reads it (a "1" in it: a pass), never asked again."""
+    from ehrbench.benchmarks.clinsql.grading import Candidate, original_prompt
+    from ehrbench.benchmarks.clinsql.tasks import csv_text
+
     from .fake_llm_server import FakeLLMServer, Reply
 
     tasks = load_tasks(small_world / "tasks")
@@ -272,13 +281,14 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
                     one / task.scenario / "easy_level_queries" / task.task_id)
     shutil.copy(small_world / "tasks" / "manifest.json", one)
     wrong = task.gold_sql.replace("p.anchor_age", "p.anchor_agee", 1)
-    n_sql = len(list(task.sql_tree.leaves()))
+    n_sql, n_results = len(list(task.sql_tree.leaves())), len(list(task.results_tree.leaves()))
     server = FakeLLMServer().start()
     try:   # agent and grader share the model: the agent's two calls come first, then the grader's (one trial)
         server.push(Reply(text=f"Reasoning: first try.\n```sql\n{wrong}\n```"),
                     Reply(text=f"Reasoning: the column is anchor_age.\n```sql\n{task.gold_sql}\n```"),
-                    Reply(text="Seems fine, 1"),               # unreadable: that leaf is asked again
-                    *[Reply(text="Score: 1\nExplanation: matches the requirement.") for _ in range(n_sql)],
+                    Reply(text="Seems fine, 1"),               # unreadable: a "1" in it, so a pass
+                    *[Reply(text="Score: 1\nExplanation: matches the requirement.")
+                      for _ in range(n_sql + n_results - 1)],
                     model="gemini-2.5-flash")
         store = mlflow_store(tmp_path / "mlruns")
         out = _main(["benchmark=clinsql", f"benchmark.task_dir={one}", f"data.scale={SCALE}", "trials=1",
@@ -286,23 +296,94 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
                      f"+grader.model.base_url={server.url}", f"data.root={small_world / 'gen'}",
                      f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
                      f"hydra.run.dir={tmp_path / 'out'}"])
-        prompts = [r.body["contents"][-1]["parts"][0]["text"] for r in server.requests_for("gemini-2.5-flash")]
+        requests = server.requests_for("gemini-2.5-flash")
+        prompts = [r.body["contents"][-1]["parts"][0]["text"] for r in requests]
     finally:
         server.stop()
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Clinical question:" in prompts[0] and "failed to run" not in prompts[0]
     assert "anchor_agee" in prompts[1] and "failed to run" in prompts[1]        # the refinement prompt
-    assert all(p.startswith("You are an expert clinical data QA judge") for p in prompts[2:])
-    assert all(task.gold_sql.strip().rstrip(";") in p for p in prompts[2:])    # the gold SQL in every grader prompt
+    candidate = Candidate(clean_sql_response(f"```sql\n{task.gold_sql}\n```"), True, task.gold_columns,
+                          [list(r) for r in task.gold_rows])
+    gold_csv = csv_text(task.gold_columns, task.gold_rows)
+    expected = [original_prompt(leaf, kind, task.question, candidate, task.gold_sql, gold_csv)
+                for kind, tree in (("sql", task.sql_tree), ("results", task.results_tree)) for leaf in tree.leaves()]
+    assert sorted(prompts[2:]) == sorted(expected)                   # every leaf asked, as the original asks it
+    assert all(r.body["generationConfig"]["temperature"] == 0.2 and r.body["generationConfig"]["maxOutputTokens"]
+               == 1024 for r in requests[2:])
+    assert requests[0].body["generationConfig"]["temperature"] == 1.0     # Gemini Flash's sampling, the original's
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["clinsql"], output_format="list")
     m = run.data.metrics
     assert m["sql_score"] == m["exec_score"] == 100.0
-    assert (m["calls/agent"], m["calls/grader"]) == (2, n_sql + 1) and m["input_tokens/grader"] == 10 * (n_sql + 1)
+    assert (m["calls/agent"], m["calls/grader"]) == (2, n_sql + n_results)
     assert m["cost_usd/grader"] > 0
     [trace] = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list")
-    judged = [a for a in trace.info.assessments if a.name.startswith("sql/")]
-    assert len(judged) == n_sql and {a.source.source_type for a in judged} == {"LLM_JUDGE"}
-    assert {a.rationale for a in judged} == {"matches the requirement."}
-    results = [a for a in trace.info.assessments if a.name.startswith("results/")]
-    assert results and {a.source.source_type for a in results} == {"CODE"}
+    judged = [a for a in trace.info.assessments if a.name.startswith(("sql/", "results/"))]
+    assert len(judged) == n_sql + n_results and {a.source.source_type for a in judged} == {"LLM_JUDGE"}
+    assert {a.rationale for a in judged} == {"matches the requirement.", "Seems fine, 1"}
+
+
+# --- the authors' judge and extractor, run on shared inputs (tests/fixtures/clinsql_judge_cases.json) ------------
+JUDGE = json.loads((Path(__file__).parent / "fixtures" / "clinsql_judge_cases.json").read_text())
+
+
+def _csv_candidate(sql: str, text: str) -> Candidate:
+    """A candidate whose saved CSV is `text` (the null CSV: a failed query)."""
+    import csv
+    import io
+
+    from ehrbench.benchmarks.clinsql.grading import NULL_CSV
+
+    if text.replace("\r\n", "\n") == NULL_CSV:
+        return Candidate(sql, False, error="failed")
+    columns, *rows = list(csv.reader(io.StringIO(text)))
+    return Candidate(sql, True, tuple(columns), [[None if v == "" else v for v in r] for r in rows])
+
+
+@pytest.mark.parametrize("case", JUDGE["prompts"], ids=lambda c: c["case"])
+def test_the_judge_is_asked_exactly_as_the_authors_scorer_asks(case):
+    """`original_prompt` against _build_prompt's output on the same sample folder: the question, the candidate SQL
+    (none for an empty file), every row of its CSV read back by pandas (NaN for an empty cell, ints with a gap as
+    floats, non-ASCII escaped), the one-column null CSV for a failed query, the gold parts when gold files exist."""
+    import pandas
+
+    from ehrbench.benchmarks.clinsql.grading import original_prompt
+    from ehrbench.benchmarks.clinsql.rubric import Node
+
+    files = case["files"]
+    pick = lambda prefix: next((v for k, v in files.items() if k.startswith(prefix)), None)  # noqa: E731
+    candidate = _csv_candidate((pick("sql_") or "").strip(), pick("result_"))
+    gold_sql = files.get("gold_sql.sql")
+    prompt = original_prompt(Node("leaf", case["requirements"]), case["evaluation_type"],
+                             (pick("query_") or "").strip(), candidate, gold_sql.strip() if gold_sql else None,
+                             files.get("gold_results.csv"))
+    expected = case.get("prompt_pandas3") if pandas.__version__.startswith("3") else case["prompt"]
+    assert prompt == (expected or case["prompt"])
+
+
+@pytest.mark.parametrize("case", JUDGE["replies"], ids=lambda c: repr(c["reply"])[:40])
+def test_the_judge_s_reply_is_read_as_the_authors_scorer_reads_it(case):
+    from ehrbench.benchmarks.clinsql.grading import parse_original
+
+    assert parse_original(case["reply"]) == (case["score"], case["explanation"])
+
+
+@pytest.mark.parametrize("case", JUDGE["extraction"], ids=lambda c: repr(c["reply"])[:40])
+def test_the_sql_is_extracted_as_the_authors_extractor_extracts_it(case):
+    assert clean_sql_response(case["reply"]) == case["sql"]
+
+
+def test_a_model_is_never_scored_by_rules_alone_unless_asked(small_world, tmp_path):
+    """grader=none with a model stops at start naming both fixes; grader=auto (the default) brings the paper's
+    judge, gpt-5-chat, whose missing key stops the run at start too."""
+    common = ["benchmark=clinsql", f"benchmark.task_dir={small_world / 'tasks'}", f"data.scale={SCALE}",
+              "model=gemini-2.5-flash", "+model.base_url=http://127.0.0.1:9", f"data.root={small_world / 'gen'}",
+              f"tracking.root={tmp_path / 'mlruns'}", f"hydra.run.dir={tmp_path / 'out'}"]
+    env = {**{k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}, "GEMINI_API_KEY": "fake"}
+    none = subprocess.run([sys.executable, "-m", "ehrbench", *common, "grader=none"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**env, "HF_HUB_OFFLINE": "1"})
+    assert none.returncode != 0 and "grader=gpt-5-chat" in none.stderr and "benchmark.grading=offline" in none.stderr
+    auto = subprocess.run([sys.executable, "-m", "ehrbench", *common], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**env, "HF_HUB_OFFLINE": "1"})
+    assert auto.returncode != 0 and "gpt-5-chat" in auto.stderr and "OPENAI_API_KEY" in auto.stderr

@@ -63,7 +63,12 @@ def trial_settings(cfg: DictConfig, conf: RunConfig, bench: Benchmark) -> TrialS
         raise ConfigurationError(f"user={cfg.user.name}: {bench.name} has the users {list(bench.users)}")
     llm_user = user == "llm"
     validated = llm_user and cfg.validator.name != "none"
-    graded = cfg.grader.name != "none"
+    grader = cfg.grader
+    if cfg.grader.name == "auto":            # the benchmark's own judge for a model's answers, else none
+        grader = compose_choice("grader", bench.default_grader) if agent != "reference" and bench.default_grader \
+            else None
+    graded = grader is not None and grader.name not in ("none", "auto")
+    bench.check_grading(agent, graded)
     return TrialSettings(
         benchmark=bench.name, benchmark_options=conf.benchmark, agent=agent, user=user,
         agent_latency_s=cfg.model.get("latency_s", 0.0) if scripted else 0.0,
@@ -75,7 +80,18 @@ def trial_settings(cfg: DictConfig, conf: RunConfig, bench: Benchmark) -> TrialS
         validator_model=plain(cfg.validator.model) if validated else None,
         validator_samples=cfg.validator.get("samples", 1),
         max_attempts=cfg.validator.get("max_attempts", 10) if validated else 1,
-        grader_model=plain(cfg.grader.model) if graded else None, limits=conf.limits)
+        grader_model=plain(grader.model) if graded else None, limits=conf.limits)
+
+
+def compose_choice(group: str, name: str) -> DictConfig:
+    """One config group's choice, composed from the project's conf (`grader=auto` resolving to a named grader)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name="config", overrides=[f"{group}={name}"])[group]
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        return compose(config_name="config", overrides=[f"{group}={name}"])[group]
 
 
 def check_models(settings: TrialSettings) -> None:

@@ -205,6 +205,7 @@ class Benchmark:
     agents: tuple[str, ...] = ("reference",)   # `agent=` choices; "reference" is the oracle that must score 100
     users: tuple[str, ...] = ("none",)         # `user=` choices ("none": single-turn)
     headline_metric: str = ""                  # the metric named in the run's description
+    default_grader: str | None = None          # `grader=auto` for a model-backed agent: a conf/grader name
 
     def __init__(self, options: dict):
         self.options = dict(options)
@@ -214,6 +215,10 @@ class Benchmark:
 
     def check_agent(self, agent: str) -> None:
         """Validate the options against the chosen agent (`agent=auto` resolved); `ConfigurationError` if they clash."""
+
+    def check_grading(self, agent: str, graded: bool) -> None:
+        """Validate the grading against the agent (`grader=auto` resolved); `ConfigurationError` if a model's
+        answers would be scored in a way the benchmark's contract does not allow."""
 
     def tasks(self) -> list[Task]:
         raise NotImplementedError

@@ -156,7 +156,7 @@ class DuckEngine(_Schema):
         except duckdb.Error as e:
             if time.monotonic() - started >= timeout_s:
                 raise QueryTimeout(f"query exceeded the {timeout_s:g} s time limit and was stopped") from None
-            raise QueryError(str(e).splitlines()[0]) from None
+            raise QueryError(str(e).strip()) from None      # the whole message: its hints and the LINE pointer
         finally:
             timer.cancel()
 

@@ -10,7 +10,10 @@ sqlglot reads BigQuery and writes DuckDB; this module adds what it leaves for th
 - `FORMAT('%.3f', x)`: BigQuery's printf-style format is DuckDB's `printf`, not its `format` ('{}' style);
 - APPROX_QUANTILES(x, n)[OFFSET(k)] becomes APPROX_QUANTILE(x, [0, 1/n, ...])[k + 1] (DuckDB lists count from 1);
   both engines approximate, so results are compared with a tolerance, not exactly.
-A query sqlglot cannot read is the model's error, shown to it like an execution error (`TranspileError`).
+Two readings BigQuery allows that sqlglot does not: a trailing comment after the last `;` (the original's extractor
+appends `;` after it: "SELECT ...; -- done;") is no second statement, and a column named `map` compared with `<`
+(`map < 65`; BigQuery has no MAP type) is quoted before parsing. A query sqlglot cannot read is the model's error,
+shown to it like an execution error (`TranspileError`), without the terminal colour codes sqlglot marks it with.
 """
 from __future__ import annotations
 
@@ -23,6 +26,24 @@ from sqlglot import exp
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)   # "Applying array index offset" on every OFFSET(k)
 MIMIC_DATASET = re.compile(r"^mimic_?iv(?:_\d+(?:_\d+)*)?_(hosp|icu|derived|note|ed)$", re.I)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _quote_map_columns(sql: str) -> str:
+    """`map` followed by `<` is a column compared, in BigQuery (which has no MAP type): quoted, so sqlglot does not
+    read a MAP<...> type there."""
+    from sqlglot.tokens import TokenType
+
+    try:
+        tokens = sqlglot.Tokenizer(dialect="bigquery").tokenize(sql)
+    except sqlglot.errors.SqlglotError:
+        return sql
+    out, last = [], 0
+    for token, following in zip(tokens, tokens[1:]):
+        if token.text.lower() == "map" and following.token_type == TokenType.LT:
+            out += [sql[last:token.start], f"`{sql[token.start:token.end + 1]}`"]
+            last = token.end + 1
+    return "".join(out) + sql[last:]
 
 
 class TranspileError(ValueError):
@@ -80,10 +101,10 @@ def _printf_formats(tree: exp.Expression, steps: list[str]) -> None:
 def bigquery_to_duckdb(sql: str) -> Transpiled:
     """DuckDB SQL for one BigQuery statement, and the steps taken."""
     try:
-        trees = sqlglot.parse(sql, read="bigquery")
+        trees = sqlglot.parse(_quote_map_columns(sql), read="bigquery")
     except sqlglot.errors.SqlglotError as e:      # ParseError, TokenError (an unterminated 'string), ...
-        raise TranspileError(f"the query could not be read as BigQuery SQL: {e}") from None
-    trees = [t for t in trees if t is not None]
+        raise TranspileError(f"the query could not be read as BigQuery SQL: {ANSI.sub('', str(e))}") from None
+    trees = [t for t in trees if t is not None and not isinstance(t, exp.Semicolon)]   # "; -- comment;"
     if len(trees) != 1:
         raise TranspileError("You can only execute one statement at a time.")
     steps: list[str] = []
@@ -95,4 +116,4 @@ def bigquery_to_duckdb(sql: str) -> Transpiled:
     try:
         return Transpiled(tree.sql(dialect="duckdb"), steps)
     except sqlglot.errors.SqlglotError as e:
-        raise TranspileError(f"the query could not be written as DuckDB SQL: {e}") from None
+        raise TranspileError(f"the query could not be written as DuckDB SQL: {ANSI.sub('', str(e))}") from None

@@ -1,4 +1,16 @@
-"""Deciding ClinSQL's rubric leaves: a deterministic checker for the results tree, and two SQL graders.
+"""Deciding ClinSQL's rubric leaves.
+
+Under `benchmark.contract=original` (the default) the LLM judge decides every leaf as the authors' scorer
+(evaluation/clinical_rubric_scorer.py) asks it: `original_prompt` (the requirement, the question, the candidate SQL,
+every row of the candidate's saved CSV read back by pandas as JSON records, NaN for an empty cell, a failed or empty
+query as the one-column null CSV the original saved; with `benchmark.judge_gold=true`, the default, the gold SQL and
+gold rows too, as the published runs had them), at temperature 0.2 and 1,024 tokens, one call per leaf, the reply
+read by `parse_original` (the float after the first line's colon, else 1 if the reply holds a "1" anywhere): an
+unparsable verdict is scored, never dropped.
+
+Opt-ins (`contract=ehrbench` switches them on): the deterministic checker below decides the results leaves it can
+read (`benchmark.leaf_checker=true`; the judge is still asked, and their agreement is reported per leaf type), and
+the judge's reply is read strictly (asked once more, then the grading fails).
 
 Results leaves the checker decides (ClinSQL's results trees are made of these):
 - `csv-file-exists`: the candidate query ran and returned at least one row (the original saved a failed or empty
@@ -20,10 +32,13 @@ a reply without a readable score is asked again once, then fails the grading (ne
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import math
 import re
 from dataclasses import dataclass, field
+
+import pandas
 
 import sqlglot
 from sqlglot import exp
@@ -89,7 +104,7 @@ class ResultsChecker:
             for col in self.gold_columns:
                 if _norm(col) == stem:
                     return col
-        return self.gold_columns[0] if len(self.gold_columns) == 1 else None
+        return None          # a leaf naming no gold column ("secondary-column-exists") is left to the judge
 
     def candidate_index(self, gold_col: str) -> int | None:
         """The candidate's column for a gold one: the same name, else the same position when both results have as
@@ -209,6 +224,55 @@ def grader_prompt(leaf: Node, kind: str, question: str, candidate: Candidate, go
     return "\n\n".join(parts)
 
 
+NULL_CSV = 'result\n""\n'        # what the original saved for a failed or empty query
+
+
+def judge_rows(csv: str) -> str:
+    """A result CSV as the original's judge saw it: read back by pandas, as JSON records (NaN for an empty cell,
+    numbers typed as pandas reads them), `json.dumps(..., indent=2)`."""
+    return json.dumps(pandas.read_csv(io.StringIO(csv)).to_dict(orient="records"), indent=2)
+
+
+def candidate_csv(candidate: Candidate) -> str:
+    """The CSV the original saved for a candidate: its rows, or the one-column null CSV when it failed or was
+    empty."""
+    from .tasks import csv_text
+
+    return csv_text(candidate.columns, candidate.rows) if candidate.executed and candidate.rows else NULL_CSV
+
+
+def original_prompt(leaf: Node, kind: str, question: str, candidate: Candidate, gold_sql: str | None,
+                    gold_csv: str | None) -> str:
+    """The authors' _build_prompt: parts joined by blank lines; the gold parts only when given."""
+    parts = ["You are an expert clinical data QA judge assessing SQL-based answers.",
+             "Follow the rubric requirements precisely. Respond with JSON on two lines:",
+             "Score: <0 or 1>", "Explanation: <brief reason>", "---",
+             f"Rubric node requirements:\n{leaf.requirements}", f"Evaluation target: {kind}"]
+    if question:
+        parts.append(f"Clinical question: {question}")
+    if candidate.sql:
+        parts.append(f"Model SQL:\n```sql\n{candidate.sql}\n```")
+    if gold_sql:
+        parts.append(f"Reference SQL:\n```sql\n{gold_sql}\n```")
+    parts.append(f"Model results rows (JSON):\n{judge_rows(candidate_csv(candidate))}")
+    if gold_csv is not None:
+        parts.append(f"Reference results rows (JSON):\n{judge_rows(gold_csv)}")
+    parts.append("Output strictly as: Score: <0 or 1>\nExplanation: <text>")
+    return "\n\n".join(parts)
+
+
+def parse_original(reply: str) -> tuple[float, str]:
+    """The authors' _call_judge: the float after the colon of the first line and the text after the second line's
+    colon; if that fails, 1 when a "1" appears anywhere in the reply, else 0 (a "Score: 0.5" stays 0.5)."""
+    try:
+        score_line, explanation_line = reply.strip().split("\n", 1)
+        score = float(score_line.split(":", 1)[1].strip().split()[0])
+        explanation = explanation_line.split(":", 1)[1].strip()
+    except Exception:  # noqa: BLE001 - the original's catch-all
+        score, explanation = (1.0 if "1" in reply else 0.0), reply.strip()
+    return score, explanation[:4000]
+
+
 def read_verdict(text: str) -> tuple[float, str] | None:
     """(score, explanation) from "Score: 0|1\\nExplanation: ..."; None when no score can be read."""
     found = SCORE.search(text or "")
@@ -218,13 +282,29 @@ def read_verdict(text: str) -> tuple[float, str] | None:
     return float(found.group(1)), (explanation.group(1).strip() if explanation else text.strip())[:4000]
 
 
-class LlmGrader:
-    """One model call per leaf; unreadable replies are asked once more, then fail the grading."""
+JUDGE_TEMPERATURE, JUDGE_MAX_TOKENS = 0.2, 1024          # the authors' scorer's settings
 
-    def __init__(self, model: MeteredModel, seed: int | None = None):
-        self.model, self.seed = model, seed
+
+class LlmGrader:
+    """One model call per leaf. `original`: the authors' settings and reading (every reply scored; a prompt the
+    provider refuses for its size scores 0, as the published runs' "Evaluation failed" leaves did); otherwise an
+    unreadable reply is asked once more, then fails the grading."""
+
+    def __init__(self, model: MeteredModel, seed: int | None = None, original: bool = True):
+        self.model, self.seed, self.original = model, seed, original
 
     async def decide(self, leaf: Node, prompt: str) -> Decision:
+        if self.original:
+            try:
+                reply = await self.model.complete(ChatRequest([Message("user", prompt)],
+                                                              temperature=JUDGE_TEMPERATURE,
+                                                              max_tokens=JUDGE_MAX_TOKENS, seed=self.seed))
+            except InfrastructureError as e:
+                if not e.agent_caused:
+                    raise
+                return Decision(leaf.id, 0.0, f"Evaluation failed: the judge refused the prompt ({e})", "llm")
+            score, explanation = parse_original(reply.text or "")
+            return Decision(leaf.id, score, explanation, "llm")
         text = ""
         for _ in range(2):
             text = (await self.model.complete(ChatRequest([Message("user", prompt)], temperature=0.0,

@@ -15,10 +15,14 @@ from .tasks import csv_text
 
 TOOL = "execute_bigquery"
 PREVIEW_ROWS = 20
+UNLIMITED = 10 ** 9          # rows, when there is no row limit
 
 
 class BigQueryTools:
-    def __init__(self, db, timeout_s: float = 60.0, max_rows: int = 10_000):
+    """`max_rows=None`: no row limit, as the original's BigQuery client fetched every row (the database's byte limit
+    on a result still holds)."""
+
+    def __init__(self, db, timeout_s: float = 300.0, max_rows: int | None = None):
         self.db, self.timeout_s, self.max_rows = db, timeout_s, max_rows
         self.last = Candidate()
         self.dialect_paths: list[list[str]] = []      # per executed query: sqlglot read bigquery -> duckdb + steps
@@ -35,12 +39,13 @@ class BigQueryTools:
             self.dialect_paths.append(["bigquery -> duckdb: failed"])
             return f"Error: {e}"
         self.dialect_paths.append(["bigquery -> duckdb (sqlglot)", *duck.steps])
+        cap = UNLIMITED if self.max_rows is None else self.max_rows
         try:
-            result = await self.db.execute(duck.sql, self.timeout_s, self.max_rows + 1, self.max_rows)
+            result = await self.db.execute(duck.sql, self.timeout_s, cap + 1, cap)
         except QueryError as e:
             self.last.error = str(e)
             return f"Error: {e}"
-        if result.total > self.max_rows:
+        if self.max_rows is not None and result.total > self.max_rows:
             self.last.error = f"the result has more than {self.max_rows:,} rows; aggregate it (cohort statistics)"
             return f"Error: {self.last.error}"
         self.last = Candidate(sql, True, tuple(result.columns), list(result.rows))
