@@ -387,3 +387,17 @@ def test_a_model_is_never_scored_by_rules_alone_unless_asked(small_world, tmp_pa
     auto = subprocess.run([sys.executable, "-m", "ehrbench", *common], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env={**env, "HF_HUB_OFFLINE": "1"})
     assert auto.returncode != 0 and "gpt-5-chat" in auto.stderr and "OPENAI_API_KEY" in auto.stderr
+
+
+def test_the_prompts_carry_the_authors_schema_reference_under_the_original_contract():
+    """The authors' mimic4_schema.txt word for word (its 31 tables, its `datetimesevents` spelling, its notes, no
+    mimiciv_derived), placed as their generation prompt places it; ehrbench's own is the rendering's tables."""
+    from ehrbench.benchmarks.clinsql.prompts import generation_prompt, schema_text
+
+    original = schema_text("original")
+    assert len(original) == 6088 and original.count("\n## ") + original.startswith("## ") == 31
+    assert "## datetimesevents" in original and "mimiciv_derived" not in original
+    assert original.splitlines()[-1].startswith("- **interpretation (microbiology)**")
+    prompt = generation_prompt("Q?", original)
+    assert f"\n\nMIMIC-IV Schema Reference (HOSP + ICU):\n{original}\n\nClinical question:\n\"Q?\"" in prompt
+    assert schema_text("ehrbench") != original and "## age" not in schema_text("ehrbench")

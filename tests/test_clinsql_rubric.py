@@ -63,3 +63,39 @@ def test_malformed_trees_name_file_and_node():
     assert kept.to_json()["sequential_order"] == [1, 2]
     for scoring in ("0/1", "1.0-30.0", 1):                             # `scoring` as the validation split has it
         assert parse({**leaf("a"), "scoring": scoring}).scoring == scoring
+
+
+def test_the_published_scores_come_back_through_the_grading_with_the_judge_replayed():
+    """Every published validation sample (three models and more) through `benchmark.grade` under the original
+    contract, the judge replayed from the recorded leaf decisions: every leaf of both trees is asked, nothing else
+    decides one, and the two scores are the published ones."""
+    import asyncio
+
+    from ehrbench.benchmarks.clinsql.benchmark import Grading, grade, score_candidate
+    from ehrbench.benchmarks.clinsql.grading import Candidate, Decision
+    from ehrbench.benchmarks.clinsql.tasks import Task
+
+    class Replay:
+        def __init__(self, sample):
+            self.sample, self.asked = sample, []
+
+        async def decide_all(self, asked):
+            self.asked = [leaf.id for leaf, _ in asked]
+            n_sql = len(list(self.task.sql_tree.leaves()))
+            return [Decision(leaf.id, self.sample["sql_leaves" if i < n_sql else "results_leaves"].get(leaf.id, 0.0),
+                             "replayed", "llm") for i, (leaf, _) in enumerate(asked)]
+
+    samples = json.loads(gzip.decompress(FIXTURE.read_bytes()))
+    assert len({s["model"] for s in samples}) >= 3
+    for s in samples:
+        task = Task("S", "easy", "001", "question?", "SELECT 1", ("x",), (("1",),),
+                    parse(_with_text(s["sql_tree"]), "sql"), parse(_with_text(s["results_tree"]), "results"))
+        judge = Replay(s)
+        judge.task = task
+        sql, results, agreement = asyncio.run(grade(task, Candidate("SELECT 1;", True, ("x",), [("1",)]),
+                                                    Grading(judge, original=True)))
+        leaves = [x.id for x in task.sql_tree.leaves()] + [x.id for x in task.results_tree.leaves()]
+        assert judge.asked == leaves and agreement == {}
+        score = score_candidate(task, sql, results, Candidate(), 1)
+        assert score.parts["sql_score"] == pytest.approx(s["sql_score"], abs=1e-12), (s["model"], s["sample"])
+        assert score.parts["exec_score"] == pytest.approx(s["results_score"], abs=1e-12), (s["model"], s["sample"])

@@ -213,8 +213,9 @@ class ClinSqlBenchmark(Benchmark):
         if settings.agent == "reference":
             agent = ReferenceAgent(task.gold_sql, ScriptedCall("agent", meter, settings.agent_latency_s))
         else:
-            agent = ClinSqlAgent(settings.model_for("agent", meter), schema_text() if o.get("schema_in_prompt", True)
-                                 else None, int(o["max_refinements"]), seed, sampling(settings.agent_model))
+            agent = ClinSqlAgent(settings.model_for("agent", meter),
+                                 schema_text(self.contract()[0]) if o.get("schema_in_prompt", True) else None,
+                                 int(o["max_refinements"]), seed, sampling(settings.agent_model))
         original = self.contract()[0] == "original"
         grader = LlmGrader(settings.model_for("grader", meter), seed, original) if settings.grader_model else None
         grader_name = f"clinsql.grader:{settings.grader_model['name']}" if settings.grader_model else ""

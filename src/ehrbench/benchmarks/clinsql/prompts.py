@@ -1,8 +1,10 @@
 """ClinSQL's chain-of-thought and self-refinement prompts (utils/prompt_utils.py), and the schema text they carry.
 
-The schema reference is written from the MIMIC-IV rendering (`schemas/mimic_iv.py`) in the original's format
-(model_inference/mimic4_schema.txt: a section per module, the columns of each table, then short notes on confusing
-columns), so the model sees the tables this database has, under MIMIC-IV's names.
+Under `benchmark.contract=original` the schema reference is the authors' own, word for word
+(`data/mimic4_schema.txt`, copied as data from Barryshen1/ClinSQL model_inference/mimic4_schema.txt at 337f783f:
+31 tables of the HOSP and ICU modules and its notes; like the original it does not list mimiciv_derived). Under
+`contract=ehrbench` it is written from the MIMIC-IV rendering (`schemas/mimic_iv.py`) in the same format, so the
+model sees the tables this database has, with two more notes (ICD codes without dots, the age at an admission).
 """
 from __future__ import annotations
 
@@ -22,9 +24,15 @@ Prefer `charttime` for temporal analyses.
 anchor_age + (year of admittime - anchor_year)."""
 
 
-def schema_text() -> str:
-    """The HOSP and ICU modules' tables and columns, as the original's schema reference lists them."""
+def schema_text(contract: str = "original") -> str:
+    """The schema reference: the authors' file (original), or the HOSP and ICU modules' tables and columns of the
+    rendering in its format (ehrbench)."""
+    from importlib import resources
+
     from ...schemas.mimic_iv import COLUMNS, MODULE
+
+    if contract == "original":
+        return resources.files("ehrbench.benchmarks.clinsql.data").joinpath("mimic4_schema.txt").read_text("utf-8")
 
     parts = []
     for module in ("hosp", "icu"):
