@@ -303,6 +303,9 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Clinical question:" in prompts[0] and "failed to run" not in prompts[0]
     assert "anchor_agee" in prompts[1] and "failed to run" in prompts[1]        # the refinement prompt
+    error = prompts[1].split("BigQuery error message:\n")[1].split("\n\nYour output")[0]
+    assert error.startswith("Binder Error: ") and "anchor_agee" in error and "LINE 1:" in error   # DuckDB's words,
+    assert "ray::" not in error and "\x1b" not in error and "File \"" not in error   # whole, through the actor
     candidate = Candidate(clean_sql_response(f"```sql\n{task.gold_sql}\n```"), True, task.gold_columns,
                           [list(r) for r in task.gold_rows])
     gold_csv = csv_text(task.gold_columns, task.gold_rows)

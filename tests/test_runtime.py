@@ -59,6 +59,27 @@ def test_patient_shard_actors_answer_like_the_whole_database(ray_cluster, db_pat
     assert asyncio.run(answers()) == [whole.execute(question.format(p=p)).rows for p in patients]
 
 
+def test_a_query_error_crosses_the_actor_boundary_in_the_database_s_own_words(ray_cluster, db_paths):
+    """A bad query sent to a DatabaseShard actor raises the QueryError the database gave, as a local database
+    would: no Ray traceback, actor id, colour codes or this machine's file paths reach a tool (and so a model)."""
+    from ehrbench.db.limits import QueryError
+    from ehrbench.runtime.actors import start_patient_shards
+
+    path = str(db_paths["mimic_iv_star"])
+    router = start_patient_shards(path, "mimic_iv_star", 2)
+    bad = "SELECT no_such_column FROM demographics"
+    with pytest.raises(QueryError) as local:
+        Database(path, "mimic_iv_star").execute(bad)
+
+    async def remote():
+        with pytest.raises(QueryError) as e:
+            await router.for_patient(1).execute(bad)
+        return str(e.value)
+    message = asyncio.run(remote())
+    assert message == str(local.value) and "no such column" in message
+    assert not any(part in message for part in ("ray::", "actor_id", "\x1b[", "Traceback", ".py\""))
+
+
 def test_cluster_rate_limit_holds_across_worker_processes(ray_cluster):
     """Two processes hammer one model limited to 3 requests in flight and 8 per 2-second window."""
     from ehrbench.runtime.rate_limits import ClusterRateLimiter, RateLimiterActor
