@@ -110,3 +110,19 @@ def test_unaliased_struct_unnest_exposes_fields_and_safe_over_an_aggregate_runs(
 def test_what_cannot_be_read_is_the_model_s_error(sql):
     with pytest.raises(TranspileError):
         bigquery_to_duckdb(sql)
+
+
+def test_a_map_column_compared_and_a_comment_after_the_last_semicolon_are_read_as_bigquery_reads_them():
+    """`map < 65` is a column compared (BigQuery has no MAP type), and `...; -- done;` (the original's extractor
+    appends `;` after a trailing comment) is one statement; neither is the model's error. sqlglot's error text
+    reaches the model without its terminal colour codes."""
+    from ehrbench.benchmarks.clinsql.dialect import TranspileError, bigquery_to_duckdb
+
+    assert bigquery_to_duckdb("SELECT a FROM t WHERE map < 65 AND map>60;").sql == \
+        'SELECT a FROM t WHERE "map" < 65 AND "map" > 60'
+    assert bigquery_to_duckdb("SELECT 1 AS x; -- done;").sql == "SELECT 1 AS x"
+    with pytest.raises(TranspileError, match="one statement at a time"):
+        bigquery_to_duckdb("SELECT 1; SELECT 2")
+    with pytest.raises(TranspileError) as e:
+        bigquery_to_duckdb("SELEC 1 FROM")
+    assert "\x1b[" not in str(e.value) and "could not be read as BigQuery SQL" in str(e.value)
