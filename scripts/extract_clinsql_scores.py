@@ -1,8 +1,10 @@
 """Write tests/fixtures/clinsql_validation_scores.json.gz from a ClinSQL clone (Barryshen1/ClinSQL, validation only).
 
-For two models' published validation evaluations: each sample's rubric-tree *structure* (ids, weights, sequential
-and critical flags; no requirement text) and its leaf decisions, beside the published sql_score and results_score.
-tests/test_clinsql_rubric.py recomputes every published score from the leaf decisions with ehrbench's aggregation.
+For three models' published validation evaluations: each sample's rubric-tree *structure* (ids, weights, sequential
+and critical flags; no requirement text) and its leaf decisions, beside the published sql_score and results_score,
+and the candidate the judge saw: the model's final SQL and its saved result CSV (up to 20 KB; a larger one is left
+out, with its size). tests/test_clinsql_rubric.py sends every sample through ehrbench's grading with the judge
+replayed from the leaf decisions.
 
     python scripts/extract_clinsql_scores.py /path/to/ClinSQL [model ...]
 """
@@ -12,6 +14,7 @@ import sys
 from pathlib import Path
 
 STRUCTURE = ("id", "weight", "sequential", "critical")
+CSV_LIMIT = 20_000
 
 
 def structure(node: dict) -> dict:
@@ -39,6 +42,13 @@ def main(root: Path, models: list[str]) -> None:
                 sample[f"{kind}_tree"] = structure(tree)
                 sample[f"{kind}_leaves"] = {k: v["score"] for k, v in e[f"{kind}_evaluations"].items() if k in leaves}
                 sample[f"{kind}_score"] = e[f"{kind}_score"]
+            done = root / "outputs/inference" / model / "validation" / rel
+            sql = next(done.glob("sql_*.sql"), None)
+            csv = next(done.glob("result_*.csv"), None)
+            sample["candidate_sql"] = sql.read_text(encoding="utf-8") if sql else None
+            text = csv.read_bytes().decode("utf-8") if csv else None
+            sample["candidate_csv"] = text if text is not None and len(text) <= CSV_LIMIT else None
+            sample["candidate_csv_bytes"] = len(text) if text is not None else None
             samples.append(sample)
     out = Path(__file__).resolve().parents[1] / "tests/fixtures/clinsql_validation_scores.json.gz"
     out.write_bytes(gzip.compress(json.dumps(samples, separators=(",", ":")).encode(), mtime=0))
@@ -46,4 +56,4 @@ def main(root: Path, models: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2:] or ["DeepSeek-R1-0528", "gpt-5-mini"])
+    main(Path(sys.argv[1]), sys.argv[2:] or ["DeepSeek-R1-0528", "gpt-5-mini", "gemini-2.5-flash"])

@@ -66,36 +66,51 @@ def test_malformed_trees_name_file_and_node():
 
 
 def test_the_published_scores_come_back_through_the_grading_with_the_judge_replayed():
-    """Every published validation sample (three models and more) through `benchmark.grade` under the original
-    contract, the judge replayed from the recorded leaf decisions: every leaf of both trees is asked, nothing else
-    decides one, and the two scores are the published ones."""
+    """Every published validation sample of three models through `benchmark.grade` under the original contract, the
+    candidate being the model's published SQL and result CSV, the judge replayed from the recorded leaf decisions:
+    every leaf of both trees is asked, each prompt carries that SQL and that CSV's rows as the authors' judge read
+    them, nothing else decides a leaf, and the two scores are the published ones."""
     import asyncio
+    import csv
+    import io
 
     from ehrbench.benchmarks.clinsql.benchmark import Grading, grade, score_candidate
-    from ehrbench.benchmarks.clinsql.grading import Candidate, Decision
+    from ehrbench.benchmarks.clinsql.grading import NULL_CSV, Candidate, Decision, judge_rows
     from ehrbench.benchmarks.clinsql.tasks import Task
 
     class Replay:
-        def __init__(self, sample):
-            self.sample, self.asked = sample, []
+        def __init__(self, sample, n_sql):
+            self.sample, self.n_sql, self.asked = sample, n_sql, []
 
         async def decide_all(self, asked):
-            self.asked = [leaf.id for leaf, _ in asked]
-            n_sql = len(list(self.task.sql_tree.leaves()))
-            return [Decision(leaf.id, self.sample["sql_leaves" if i < n_sql else "results_leaves"].get(leaf.id, 0.0),
-                             "replayed", "llm") for i, (leaf, _) in enumerate(asked)]
+            self.asked = asked
+            return [Decision(leaf.id, self.sample["sql_leaves" if i < self.n_sql else "results_leaves"].get(
+                leaf.id, 0.0), "replayed", "llm") for i, (leaf, _) in enumerate(asked)]
+
+    def candidate(sample) -> Candidate:
+        sql, text = (sample["candidate_sql"] or "").strip(), sample["candidate_csv"].replace("\r\n", "\n")
+        if text == NULL_CSV:
+            return Candidate(sql, False, error="failed or empty")
+        columns, *rows = list(csv.reader(io.StringIO(text)))
+        return Candidate(sql, True, tuple(columns), [[None if v == "" else v for v in r] for r in rows])
 
     samples = json.loads(gzip.decompress(FIXTURE.read_bytes()))
     assert len({s["model"] for s in samples}) >= 3
-    for s in samples:
+    with_files = [s for s in samples if s["candidate_csv"] is not None]
+    assert len(with_files) >= len(samples) - 10          # a few results over 20 KB are left out of the fixture
+    for s in with_files:
         task = Task("S", "easy", "001", "question?", "SELECT 1", ("x",), (("1",),),
                     parse(_with_text(s["sql_tree"]), "sql"), parse(_with_text(s["results_tree"]), "results"))
-        judge = Replay(s)
-        judge.task = task
-        sql, results, agreement = asyncio.run(grade(task, Candidate("SELECT 1;", True, ("x",), [("1",)]),
-                                                    Grading(judge, original=True)))
+        n_sql = len(list(task.sql_tree.leaves()))
+        judge, given = Replay(s, n_sql), candidate(s)
+        sql, results, agreement = asyncio.run(grade(task, given, Grading(judge, original=True, judge_gold=False)))
         leaves = [x.id for x in task.sql_tree.leaves()] + [x.id for x in task.results_tree.leaves()]
-        assert judge.asked == leaves and agreement == {}
-        score = score_candidate(task, sql, results, Candidate(), 1)
+        assert [leaf.id for leaf, _ in judge.asked] == leaves and agreement == {}
+        rows = judge_rows(s["candidate_csv"].replace("\r\n", "\n"))
+        for _, prompt in judge.asked:
+            assert f"Model results rows (JSON):\n{rows}\n\n" in prompt, (s["model"], s["sample"])
+            assert not given.sql or f"Model SQL:\n```sql\n{given.sql}\n```" in prompt
+            assert "Reference SQL" not in prompt
+        score = score_candidate(task, sql, results, given, 1)
         assert score.parts["sql_score"] == pytest.approx(s["sql_score"], abs=1e-12), (s["model"], s["sample"])
         assert score.parts["exec_score"] == pytest.approx(s["results_score"], abs=1e-12), (s["model"], s["sample"])
