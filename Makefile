@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-agentehr bench-physassist bench-scaleout clean
+.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-clinsql-tasks bench-agentehr bench-physassist bench-scaleout clean
 install: $(BIN)/.installed
 
 run: install
@@ -45,6 +45,9 @@ bench-traces: install
 
 bench-clinsql: install
 	$(BIN)/python bench/bench_clinsql.py $(ARGS)
+
+bench-clinsql-tasks: install
+	$(BIN)/python bench/bench_clinsql_tasks.py $(ARGS)
 
 bench-agentehr: install
 	$(BIN)/python bench/bench_agentehr.py $(ARGS)
