@@ -8,7 +8,9 @@ ICD-9 and ICD-10 prefixes side by side; real item ids; easy = one statistic, med
 hard = a derived score or strata with outcomes. SQL trees have ClinSQL's four categories (Patient Cohort
 Construction 3, Medical Concept Implementation 2, Database Integration 3, Clinical Analytics 2) with critical
 leaves; results trees check format (sequential: CSV, each column, no NULLs) then, per numeric column, clinical
-plausibility (a fixed clinical range) and the acceptable range (the gold values widened by 10%, computed here).
+plausibility (a fixed clinical range) and the acceptable range (the gold values widened on each side by WIDEN of
+their largest magnitude, inside the plausible range: as wide, relative to the gold, as ClinSQL's validation split's
+ranges; `make bench-clinsql-tasks` prints both).
 
     python -m ehrbench.benchmarks.clinsql.authoring --out data/tasks/clinsql [--seed 0 --scale 10 --per-cell 17]
 
@@ -57,11 +59,18 @@ def fixed(x: float) -> str:
     return format(x, "f").rstrip("0").rstrip(".") if x != int(x) else str(int(x))
 
 
-def acceptable_range(values: list[float]) -> tuple[float, float]:
-    """The gold values widened by 10% of their magnitude (at least 0.01), rounded outward."""
+WIDEN = 0.8      # ClinSQL's validation split: acceptable ranges span a median 1.68x their column's largest gold value
+
+
+def acceptable_range(values: list[float], plausible: tuple[float, float] | None = None) -> tuple[float, float]:
+    """The gold values widened on each side by WIDEN of their largest magnitude (at least 0.01), rounded outward,
+    and kept inside the clinically plausible range."""
     lo, hi = min(values), max(values)
-    pad = max(0.1 * max(abs(lo), abs(hi)), 0.01)
-    return _round_out(lo - pad, False), _round_out(hi + pad, True)
+    pad = max(WIDEN * max(abs(lo), abs(hi)), 0.01)
+    a, b = _round_out(lo - pad, False), _round_out(hi + pad, True)
+    if plausible is not None:
+        a, b = max(a, plausible[0]), min(b, plausible[1])
+    return a, b
 
 
 def results_tree(draft: Draft, columns: tuple[str, ...], rows: list[tuple]) -> Node:
@@ -80,7 +89,7 @@ def results_tree(draft: Draft, columns: tuple[str, ...], rows: list[tuple]) -> N
         if not values:
             continue
         what, lo, hi = draft.outputs[c]
-        a, b = acceptable_range(values)
+        a, b = acceptable_range(values, (lo, hi))
         features.append(Node(f"{c}-validation", f"Validation for {what} column (e.g., '{c}').", True, False, 1,
                              "1/0", (leaf(f"{c}-plausible", f"Values are clinically plausible ({fixed(lo)} to "
                                                               f"{fixed(hi)})."),
