@@ -196,19 +196,24 @@ def check_cutoff(cutoff: str) -> str:
         raise ValueError(f"prediction time {cutoff!r} must be 'YYYY-MM-DD HH:MM:SS'") from None
 
 
+def timestamp_column(columns: list[str]) -> str | None:
+    """The original's rule: the first column whose name contains 'time' or 'date' (in any case)."""
+    return next((c for c in columns if "time" in c.lower() or "date" in c.lower()), None)
+
+
 def _text(sql: str) -> str:
     """A cell as the original served it: every value as text (its patient files are all TEXT, read from CSVs), a
     missing one 'nan' (str of pandas' NaN)."""
     return f"COALESCE(CAST(({sql}) AS TEXT), 'nan')"
 
 
-def _added_columns(conn: sqlite3.Connection, table: str, columns: list[str]) -> list[tuple[str, str]]:
+def _added_columns(conn: sqlite3.Connection, table: str, columns: list[str],
+                   tables: set[str]) -> list[tuple[str, str]]:
     """The columns the original's patient_event2db adds before storing: diagnoses_icd.charttime, the admission's
     discharge time less one minute (else ''); admissions.text, the admission's discharge summary up to "Physical
     Exam", stripped (the last note of the admission). Names are matched case-insensitively: EHRSQL's MIMIC-III
     DIAGNOSES_ICD already has a CHARTTIME (the admission's time, which would show a stay's codes from its first
     minute), and it is given the discharge's, as the original gives MIMIC-IV's codes."""
-    tables = {n.lower() for (n,) in conn.execute("SELECT name FROM raw.sqlite_master WHERE type = 'table'")}
     out = [(c, f't."{c}"') for c in columns]
     lower = [c.lower() for c in columns]
     if table.lower() == "diagnoses_icd" and "admissions" in tables:
@@ -227,7 +232,7 @@ def _added_columns(conn: sqlite3.Connection, table: str, columns: list[str]) -> 
 
 
 def original_view(conn: sqlite3.Connection, table: str, columns: list[str], cutoff: str, reference: bool,
-                  rules: Rules) -> int | None:
+                  rules: Rules, tables: set[str]) -> int | None:
     """The public code's censoring of one table (EHRManager.load_ehr_for_sample), as a temporary table of the same
     name; returns the row count its load log reports, or None where the original has no such table (its patient
     files hold only tables with rows).
@@ -239,8 +244,8 @@ def original_view(conn: sqlite3.Connection, table: str, columns: list[str], cuto
     - every cell is text, a missing one 'nan'; the dictionary columns are joined in (`Rules.links`)."""
     if conn.execute(f'SELECT 1 FROM raw."{table}" LIMIT 1').fetchone() is None:
         return None
-    cells = _added_columns(conn, table, columns)
-    stamp = next((c for c, _ in cells if "time" in c.lower() or "date" in c.lower()), None)
+    cells = _added_columns(conn, table, columns, tables)
+    stamp = timestamp_column([c for c, _ in cells])
     source, where = f'raw."{table}" AS t', "1"
     if stamp is not None:
         raw = dict(cells)[stamp]
@@ -291,11 +296,13 @@ class CensoredPatient:
         self.tables: dict[str, list[str]] = {}
         self.counts: dict[str, int] = {}         # rows as the load log reports them
         order = "rowid" if censoring == "original" else "name"        # the original's: as its file lists them
-        for (table,) in self.conn.execute(f"SELECT name FROM raw.sqlite_master WHERE type = 'table' ORDER BY {order}"
-                                          ).fetchall():
+        names = [n for (n,) in self.conn.execute(f"SELECT name FROM raw.sqlite_master WHERE type = 'table' "
+                                                 f"ORDER BY {order}")]
+        for table in names:
             columns = [r[1] for r in self.conn.execute(f'PRAGMA raw.table_info("{table}")')]
             if censoring == "original":
-                count = original_view(self.conn, table, columns, self.cutoff, reference_file is not None, rules)
+                count = original_view(self.conn, table, columns, self.cutoff, reference_file is not None, rules,
+                                      {n.lower() for n in names})
                 if count is None:
                     continue
             else:

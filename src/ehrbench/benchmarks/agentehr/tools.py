@@ -27,7 +27,7 @@ import pandas
 
 from ...db.limits import QueryError
 from ...trial import InfrastructureError
-from .censoring import MAX_ROWS
+from .censoring import MAX_ROWS, timestamp_column
 
 SQL_TIMEOUT_S = 10.0           # a model-written query's time limit (run_sql_query)
 
@@ -69,9 +69,6 @@ def _time(text: str) -> str:
     return str(pandas.to_datetime(text.strip()).to_pydatetime().replace(microsecond=0))
 
 
-def timestamp_column(columns: list[str]) -> str | None:
-    """The original's rule: the first column whose name contains 'time' or 'date' (in any case)."""
-    return next((c for c in columns if "time" in c.lower() or "date" in c.lower()), None)
 
 
 def candidate_names(columns: list[str], rows: list[tuple]) -> list[str]:
@@ -103,7 +100,7 @@ class AgentEhrTools:
         self.candidates_file = str(Path(candidates_file).resolve())
         self.views, self.episode = views, uuid.uuid4().hex     # the patient's shard (views.py), this episode there
         self.subject_id, self.prediction_time = int(subject_id), prediction_time
-        self.candidates = candidate_tables(str(Path(candidates_file).resolve()))
+        self.candidates = candidate_tables(self.candidates_file)
         self.nearest, self.knowledge = nearest, knowledge     # nearest(table, names, query, k): [(name, cosine)]
         self.tables: dict[str, list[str]] | None = None       # once loaded: the censored tables and their columns
         self.counts: dict[str, int] = {}
