@@ -330,3 +330,29 @@ def test_the_error_taxonomy_over_the_authors_trajectories(case):
     assert sorted(predicted) == sorted(case["original_runtime"].get("prediction", []))
     errors = interaction_errors(calls, predicted)
     assert {k for k in ERRORS if errors[k]} == EXPECTED_ERRORS[case["name"]]
+
+
+def test_a_bad_censoring_or_clinsql_grading_option_stops_the_run_naming_field_and_choices():
+    """Each new option read at start: an unknown value is refused with the field and its choices; the defaults are
+    the original's (censoring=original; contract=ehrbench brings ehrbench's rule and records it)."""
+    import yaml
+
+    from ehrbench.benchmarks.agentehr.benchmark import AgentEhrBenchmark
+    from ehrbench.benchmarks.clinsql.benchmark import ClinSqlBenchmark
+    from ehrbench.llm.base import ConfigurationError
+
+    conf = Path(__file__).parents[1] / "conf" / "benchmark"
+    agentehr = {**yaml.safe_load((conf / "agentehr.yaml").read_text()), "world": {"seed": 0, "scale": 2}}
+    assert AgentEhrBenchmark(agentehr).censoring() == "original"
+    ehrbench = AgentEhrBenchmark({**agentehr, "contract": "ehrbench"})
+    assert ehrbench.censoring() == "ehrbench" and any("censoring=ehrbench" in d for d in ehrbench.contract()[1])
+    with pytest.raises(ConfigurationError, match=r"benchmark.censoring='strict'.*original.*ehrbench"):
+        AgentEhrBenchmark({**agentehr, "censoring": "strict"}).check()
+    clinsql = {**yaml.safe_load((conf / "clinsql.yaml").read_text()), "world": {"seed": 0, "scale": 10}}
+    for field, value, says in (("grading", "rules", "judge .* or offline"), ("leaf_checker", "yes", "true or false"),
+                               ("judge_gold", 1, "true or false"), ("contract", "paper", "original .* or ehrbench"),
+                               ("max_rows", 0, "integer >= 1")):
+        with pytest.raises(ConfigurationError, match=rf"benchmark.{field}=.*{says}"):
+            ClinSqlBenchmark({**clinsql, field: value}).check()
+    assert ClinSqlBenchmark(clinsql).leaf_checker() is False
+    assert ClinSqlBenchmark({**clinsql, "contract": "ehrbench"}).leaf_checker() is True
