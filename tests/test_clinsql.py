@@ -21,7 +21,7 @@ from ehrbench.benchmarks.clinsql.grading import (Candidate, LlmGrader, ResultsCh
 from ehrbench.benchmarks.clinsql.prompts import clean_sql_response
 from ehrbench.benchmarks.clinsql.tasks import DIFFICULTIES, SCENARIOS, load_task, load_tasks
 from ehrbench.llm.base import ChatResponse
-from ehrbench.trial import InfrastructureError, Message, run_trial
+from ehrbench.trial import InfrastructureError, run_trial
 
 from .conftest import mlflow_store
 
@@ -57,7 +57,7 @@ def test_the_project_task_set_has_every_scenario_and_difficulty_in_clinsqls_shap
         decisions = [checker.decide(leaf, up.get(leaf.id)) for leaf in t.results_tree.leaves()]
         assert all(d.score == 1.0 for d in decisions), (t.key, [d for d in decisions if d.score != 1.0])
     manifest = json.loads((PROJECT_TASKS / "manifest.json").read_text())
-    assert manifest["world"] == {"seed": 0, "scale": 10.0} and manifest["tasks"] == len(tasks)
+    assert manifest["world"] == {"seed": 0, "scale": 100.0} and manifest["tasks"] == len(tasks)
 
 
 def test_a_task_folder_missing_a_file_names_the_file(tmp_path):
@@ -146,7 +146,10 @@ class StubModel:
 
     async def complete(self, request):
         self.prompts.append(request.messages[-1].content)
-        return ChatResponse(text=self.texts.pop(0))
+        reply = self.texts.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return ChatResponse(text=reply)
 
 
 def test_under_contract_ehrbench_an_unreadable_reply_is_asked_again_then_fails_never_passes():
@@ -225,6 +228,116 @@ def test_the_tool_transpiles_runs_and_refuses(small_world):
         assert "more than 50 rows" in big and not tools.last.executed
     finally:
         db.close()
+
+
+# --- the self-check: a reference that reads the question, and mutants with known scores -------------------------
+def test_the_reference_reads_every_shipped_question_to_its_gold_query():
+    """The reference never sees the gold: from the question (and its cell) alone it writes a query, and on every
+    shipped task that query is the gold one, so each question states all its gold needs."""
+    from ehrbench.benchmarks.clinsql.reference import read_question
+
+    for task in load_tasks(PROJECT_TASKS):
+        assert read_question(task.question, task.scenario, task.difficulty).sql == task.gold_sql, task.key
+
+
+def test_a_question_that_leaves_a_choice_unstated_cannot_be_read_to_its_gold():
+    """The check can fail: a question whose statistic, concept or window is not stated reads to another query or to
+    none (then the reference answers without SQL and scores 0)."""
+    from ehrbench.benchmarks.clinsql.reference import Unread, read_question
+
+    tasks = load_tasks(PROJECT_TASKS)
+    easy = next(t for t in tasks if t.key.startswith("Vital_Signs_Monitoring/easy"))
+    stat = next(s for s in ("median", "75th percentile", "25th percentile", "90th percentile") if s in easy.question)
+    with pytest.raises(Unread):
+        read_question(easy.question.replace(stat, "typical value"), easy.scenario, easy.difficulty)
+    medium = next(t for t in tasks if t.key.startswith("Vital_Signs_Monitoring/medium"))
+    hours = "48 hours" if "48 hours" in medium.question else "24 hours"
+    other = medium.question.replace(hours, "24 hours" if hours == "48 hours" else "48 hours")
+    assert read_question(other, medium.scenario, medium.difficulty).sql != medium.gold_sql
+
+
+def _offline_episode(small_world, task):
+    """The benchmark's own tools and scorer for a task of the small world, graded offline (the documented rules)."""
+    import yaml
+
+    from ehrbench.benchmark import Hosts, TrialSettings
+    from ehrbench.benchmarks.clinsql.benchmark import ClinSqlBenchmark
+    from ehrbench.db import open_database
+    from ehrbench.llm.usage import UsageMeter
+    from ehrbench.runtime.hosts import LocalHost
+
+    options = {**yaml.safe_load((ROOT / "conf" / "benchmark" / "clinsql.yaml").read_text()),
+               "task_dir": str(small_world / "tasks"), "grading": "offline", "sql_timeout_s": 20}
+    [duck] = list((small_world / "gen").glob("mimic_iv-*.duckdb"))
+    db = open_database(duck, "mimic_iv")
+    settings = TrialSettings(benchmark="clinsql", benchmark_options=options, agent="reference", user="none")
+    return ClinSqlBenchmark(options).episode(task, 0, Hosts({"mimic_iv": LocalHost(db)}, None), settings,
+                                             UsageMeter(), 0), db
+
+
+def _range(requirement):
+    from ehrbench.benchmarks.clinsql.grading import RANGE
+
+    return sorted(float(x.replace(",", "")) for x in RANGE.search(requirement).groups())
+
+
+def test_mutants_score_what_the_rubric_rules_say_on_paper(small_world):
+    """Scripted models, each with one defect, through the real protocol (ClinSqlAgent), tools and offline grading.
+    Expected (SQL, Exec) read on paper from the documented rules, for an easy task's tree (SQL categories: any
+    critical leaf failed -> 0; results: format (sequential: csv, column, no NULL) weight 1, features weight 2, each
+    column's validation sequential: plausible then acceptable): a value outside the acceptable range but plausible
+    gives (1 + 2 * 1/2) / 3 = 2/3; an implausible one (1 + 0) / 3 = 1/3; a NULL (2/3 + 0) / 3 = 2/9."""
+    from ehrbench.benchmarks.clinsql.agent import ReferenceAgent
+    from ehrbench.llm.scripted import ScriptedCall
+    from ehrbench.llm.usage import UsageMeter
+    from ehrbench.trial import Limits
+
+    task = next(t for t in load_tasks(small_world / "tasks") if t.difficulty == "easy" and len(t.gold_columns) == 1)
+    [column] = task.gold_columns
+    leaves = {leaf.id: leaf for leaf in task.results_tree.leaves()}
+    plausible_hi = _range(leaves[f"{column}-plausible"].requirements)[1]
+    acceptable_hi = _range(leaves[f"{column}-acceptable"].requirements)[1]
+    assert acceptable_hi < plausible_hi
+    sql = task.gold_sql
+
+    def said(q):
+        return f"Reasoning.\n```sql\n{q}\n```"
+    hostile = said("ATTACH '/tmp/x.db' AS x")
+    mutants = {   # name: (model replies, expected SQL score, Exec score, SQL attempts)
+        "right": ([said(sql)], 1, 1, 1),
+        "right, other formatting": ([said(" ".join(sql.split()).replace("SELECT", "select"))], 1, 1, 1),
+        "right values, another query": ([said(f"SELECT * FROM ({sql.rstrip(';')}) AS x")], 0, 1, 1),
+        "outside the acceptable range": ([said(f"SELECT {(acceptable_hi + plausible_hi) / 2} AS {column}")],
+                                         0, 2 / 3, 1),
+        "implausible": ([said(f"SELECT {plausible_hi + 1} AS {column}")], 0, 1 / 3, 1),
+        "NULL": ([said(f"SELECT NULL AS {column}")], 0, 2 / 9, 1),
+        "no SQL in its reply": (["   "], 0, 0, 0),
+        "hostile every time": ([hostile] * 3, 0, 0, 3),
+        "hostile, then right": ([hostile, said(sql)], 1, 1, 2),
+        "crashes": ([RuntimeError("model bug")], 0, 0, 0),
+        "its request refused (context overflow)": ([InfrastructureError("HTTP 400", agent_caused=True)], 0, 0, 0),
+    }
+    runs = {name: ClinSqlAgent(StubModel(*replies), None) for name, (replies, *_) in mutants.items()}
+    runs["the reference (reads the question)"] = ReferenceAgent(task.scenario, task.difficulty,
+                                                                ScriptedCall("agent", UsageMeter()))
+    mutants["the reference (reads the question)"] = (None, 1, 1, 1)
+
+    async def trial(agent):
+        episode, db = _offline_episode(small_world, task)
+        try:
+            return await run_trial(task.key, 0, agent, None, episode.tools, episode.score, Limits(max_steps=7),
+                                   opening=task.question)
+        finally:
+            db.close()
+    for name, agent in runs.items():
+        record = asyncio.run(trial(agent))
+        _, sql_score, exec_score, attempts = mutants[name]
+        parts = record.score_parts
+        assert record.valid, (name, record.termination)
+        assert (parts.get("offline_sql_score", 0.0), parts.get("offline_exec_score", 0.0)) == \
+            pytest.approx((sql_score, exec_score)), (name, record.messages[-3:])
+        assert record.reward == pytest.approx(exec_score) and parts.get("attempts", 0) == attempts, name
+        assert "sql_score" not in parts and "exec_score" not in parts
 
 
 # --- the main job -----------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ at temperature 1.0; GPT-4.1 and the o-series with 2,048 output tokens and no tem
 original's budget -1); Grok at 0.1; Mistral at 0.1 with 2,048 tokens; a vLLM-served model at 0.2, top_p 0.9 and
 32,768 tokens; anything else at the original's default, 0.1.
 
-`ReferenceAgent` is the oracle: it executes the gold SQL and answers with it.
+`ReferenceAgent` is the self-check: it writes its SQL from the question alone (`reference.py`), never the gold.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
 from ...trial import Message, ToolCall
 from .prompts import clean_sql_response, generation_prompt, refinement_prompt
+from .reference import Unread, read_question
 from .tools import TOOL
 
 
@@ -78,13 +79,20 @@ class ClinSqlAgent:
 
 
 class ReferenceAgent:
-    """Executes the gold SQL, then answers with it."""
+    """Reads the question (`reference.read_question`: the anchor, the cohort and each choice the question names,
+    never the gold), runs the SQL of its reading through the tool, then answers with it. A question it cannot read
+    gets an answer without SQL, scored as any model's would be."""
 
-    def __init__(self, gold_sql: str, scripted):
-        self.gold_sql, self.scripted = gold_sql, scripted
+    def __init__(self, scenario: str, difficulty: str, scripted):
+        self.scenario, self.difficulty, self.scripted = scenario, difficulty, scripted
 
     async def act(self, history: list[Message]) -> Message:
         await self.scripted()
-        if not _attempts(history):
-            return Message("assistant", None, tool_call=ToolCall(TOOL, {"sql": self.gold_sql}, "call_1"))
-        return _final(self.gold_sql, "The gold query ran.")
+        done = _attempts(history)
+        if done:
+            return _final(done[-1][0], "The query ran.")
+        try:
+            sql = read_question(history[0].content or "", self.scenario, self.difficulty).sql
+        except Unread as e:
+            return Message("assistant", f"I could not read this question: {e}.")
+        return Message("assistant", None, tool_call=ToolCall(TOOL, {"sql": sql}, "call_1"))

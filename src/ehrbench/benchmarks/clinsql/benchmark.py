@@ -2,12 +2,13 @@
 graded by the task's two rubric trees.
 
 A trial is one question: the agent (`agent.py`: chain of thought, refinement only on an execution error) or the
-reference (the gold SQL) executes its SQL through the one tool (`tools.py`: sqlglot BigQuery -> DuckDB, guarded);
-the last executed query and its result are the candidate. Grading (`grading.py`): results leaves by the
-deterministic checker, leaves it cannot read by the LLM grader; SQL leaves by the LLM grader (`grader=...`) or, with
-none, by syntax-tree equivalence with the gold query. Each leaf decision is an assessment on the trial's trace; the
-trees are aggregated by ClinSQL's rule (`rubric.py`) into the SQL score and the Execution score (x100 in reports).
-The reward is the Execution score.
+reference (SQL written from the question alone, `reference.py`) executes its SQL through the one tool (`tools.py`:
+sqlglot BigQuery -> DuckDB, guarded); the last executed query and its result are the candidate. Grading
+(`grading.py`): under `contract=original` the LLM judge decides every leaf of both trees as the authors' scorer asks
+it; the rule checker on results leaves is an opt-in (`leaf_checker`); with no judge (`grading=offline`, or the
+reference) the checker and syntax-tree equality with the gold decide, and the scores carry `offline_` names. Each
+leaf decision is an assessment on the trial's trace; the trees are aggregated by ClinSQL's rule (`rubric.py`) into
+the SQL score and the Execution score (x100 in reports). The reward is the Execution score.
 """
 from __future__ import annotations
 
@@ -195,8 +196,8 @@ class ClinSqlBenchmark(Benchmark):
                     result = db.execute(bigquery_to_duckdb(task.gold_sql).sql, float(self.options["sql_timeout_s"]),
                                         100_000, 100_000)
                 except (TranspileError, QueryError) as e:
-                    raise TaskFileError(f"{self.options['task_dir']}/{task.key}: its gold SQL does not run on {paths[DB]}: "
-                                        f"{str(e)[:300]}; fix the gold query, or leave the task out of "
+                    raise TaskFileError(f"{self.options['task_dir']}/{task.key}: its gold SQL does not run on "
+                                        f"{paths[DB]}: {str(e)[:300]}; fix the gold query, or leave the task out of "
                                         "benchmark.task_dir (the original scores every task)") from None
                 same += csv_text(result.columns, result.rows) == csv_text(task.gold_columns, task.gold_rows)
         finally:
@@ -211,7 +212,8 @@ class ClinSqlBenchmark(Benchmark):
         tools = BigQueryTools(hosts.databases[DB], float(o["sql_timeout_s"]),
                               None if o.get("max_rows") is None else int(o["max_rows"]))
         if settings.agent == "reference":
-            agent = ReferenceAgent(task.gold_sql, ScriptedCall("agent", meter, settings.agent_latency_s))
+            agent = ReferenceAgent(task.scenario, task.difficulty,
+                                   ScriptedCall("agent", meter, settings.agent_latency_s))
         else:
             agent = ClinSqlAgent(settings.model_for("agent", meter),
                                  schema_text(self.contract()[0]) if o.get("schema_in_prompt", True) else None,
