@@ -1,18 +1,20 @@
-"""ClinSQL's costs: the MIMIC-IV DuckDB's build time and size at 1x and 10x, the gold queries' latency through the
-harness's path (sqlglot BigQuery -> DuckDB, then the guarded, sandboxed DuckDB), and what LLM grading costs per task.
+"""ClinSQL's costs: the MIMIC-IV DuckDB's build time and size at 1x and at the tasks' world, the gold queries'
+latency through the harness's path (sqlglot BigQuery -> DuckDB, then the guarded, sandboxed DuckDB), and what the
+judge costs per task.
 
-    make bench-clinsql                          # scales 1 and 10, the project's 306 tasks
+    make bench-clinsql                          # scale 1 and the tasks' world (manifest.json), the project's tasks
     make bench-clinsql ARGS="--scales 1 10 100"
 
-Builds run in this process in a fresh folder (seed 0, the `full` dictionary). Gold latency is measured on the 10x
-world the tasks were authored on (each query once after one warm-up query). Grading cost: one LLM call per SQL leaf
-(results leaves are decided by the checker) with ClinSQL's judge prompt built for the gold candidate; tokens are
-estimated as characters / 4 (prompt) plus ~40 for the "Score / Explanation" reply. Absolute times on a shared
-2-core machine are noisy; compare ratios within one run.
+Builds run in this process in a fresh folder (seed 0, the `full` dictionary). Gold latency is measured on the world
+the tasks were authored on (each query once after one warm-up query). Judge cost under `contract=original`: one
+call per leaf of both trees, each the authors' prompt (`original_prompt`, with the gold as `judge_gold=true`) built
+for the gold candidate; tokens are estimated as characters / 4 (prompt) plus ~40 for the "Score / Explanation"
+reply. Absolute times on a shared 2-core machine are noisy; compare ratios within one run.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -41,15 +43,17 @@ def build(scale: float, folder: Path) -> tuple[Path, float, float]:
 
 def main() -> None:
     from ehrbench.benchmarks.clinsql.dialect import bigquery_to_duckdb
-    from ehrbench.benchmarks.clinsql.grading import Candidate, grader_prompt
-    from ehrbench.benchmarks.clinsql.tasks import load_tasks
+    from ehrbench.benchmarks.clinsql.grading import Candidate, original_prompt
+    from ehrbench.benchmarks.clinsql.tasks import csv_text, load_tasks
     from ehrbench.db import open_database
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scales", type=float, nargs="+", default=[1.0, 10.0])
+    parser.add_argument("--scales", type=float, nargs="+", default=None, help="default: 1 and the tasks' world")
     parser.add_argument("--task-dir", default=str(ROOT / "data" / "tasks" / "clinsql"))
     args = parser.parse_args()
     tasks = load_tasks(Path(args.task_dir))
+    world = float(json.loads((Path(args.task_dir) / "manifest.json").read_text())["world"]["scale"])
+    args.scales = args.scales or [1.0, world]
     with tempfile.TemporaryDirectory(prefix="bench-clinsql-") as tmp:
         print(f"{'scale':>6} {'patients':>9} {'build s':>8} {'duckdb s':>9} {'sqlite MB':>10} {'duckdb MB':>10}")
         ducks = {}
@@ -62,7 +66,7 @@ def main() -> None:
             print(f"{scale:>6g} {patients:>9} {built:>8.1f} {exported:>9.1f} "
                   f"{duck.with_suffix('.sqlite').stat().st_size / 1e6:>10.1f} {duck.stat().st_size / 1e6:>10.1f}")
 
-        scale = 10.0 if 10.0 in ducks else max(ducks)
+        scale = world if world in ducks else max(ducks)
         db = open_database(ducks[scale], "mimic_iv")
         transpile, run, by_level = [], [], defaultdict(list)
         try:
@@ -89,18 +93,20 @@ def main() -> None:
     calls, tokens = defaultdict(list), defaultdict(list)
     for task in tasks:
         gold = Candidate(task.gold_sql, True, task.gold_columns, list(task.gold_rows))
-        leaves = list(task.sql_tree.leaves())
-        chars = sum(len(grader_prompt(leaf, "sql", task.question, gold, task.gold_sql, task.gold_columns,
-                                      task.gold_rows)) for leaf in leaves)
-        calls[task.difficulty].append(len(leaves))
-        tokens[task.difficulty].append(chars / 4 + 40 * len(leaves))
-    print("\nLLM grading per task (SQL leaves; results leaves by the checker):")
+        gold_csv = csv_text(task.gold_columns, task.gold_rows)
+        asked = [(leaf, "sql") for leaf in task.sql_tree.leaves()] + \
+            [(leaf, "results") for leaf in task.results_tree.leaves()]
+        chars = sum(len(original_prompt(leaf, kind, task.question, gold, task.gold_sql, gold_csv))
+                    for leaf, kind in asked)
+        calls[task.difficulty].append(len(asked))
+        tokens[task.difficulty].append(chars / 4 + 40 * len(asked))
+    print("\nthe judge per task (every leaf of both trees, the authors' prompt with the gold):")
     for level in ("easy", "medium", "hard"):
         print(f"  {level:<6} calls {statistics.mean(calls[level]):.1f}  tokens ~{statistics.mean(tokens[level]):,.0f}")
     every = [c for v in calls.values() for c in v]
     every_tokens = [c for v in tokens.values() for c in v]
     print(f"  all    calls {statistics.mean(every):.1f}  tokens ~{statistics.mean(every_tokens):,.0f} "
-          f"(gemini-2.5-flash at $0.30/M input: ~${statistics.mean(every_tokens) * 0.30 / 1e6 * 1000:.2f} per 1,000 "
+          f"(gpt-5-chat at $1.25/M input: ~${statistics.mean(every_tokens) * 1.25 / 1e6 * 1000:.2f} per 1,000 "
           "tasks, input only)")
 
 

@@ -7,8 +7,8 @@ For each folder of tasks in ClinSQL's layout: tasks per scenario and difficulty;
 gold query's sqlglot tree with every literal and identifier alias blanked: how many templates a cell really has);
 the share of critical SQL leaves; column-exists leaves; "acceptable" leaves with a range, and the range's width
 relative to the largest gold value of the column the leaf names (how much room an answer has; leaves naming no
-gold column are left out); the gold result's row count. Nothing here is
-timed; it reads files only.
+gold column are left out); the gold result's row count; the largest value of a count column in the gold
+(`num_*`, `n_*`, `*_count`, ...: how big the cohorts are). Nothing here is timed; it reads files only.
 """
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ def shape(sql: str) -> str:
     return tree.sql(dialect="bigquery", normalize=True)
 
 
+COUNT = re.compile(r"^(num|n|count|cohort_size|total|number)(_|$)|_count$|^n_", re.I)   # a count column
+
+
 def number(text: str) -> float | None:
     try:
         x = float(str(text).replace(",", ""))
@@ -49,8 +52,12 @@ def describe(folder: Path) -> dict:
     tasks = load_tasks(folder)
     shapes: dict[tuple, set] = defaultdict(set)
     critical = sql_leaves = exists = 0
-    widths, rows = [], []
+    widths, rows, counts = [], [], []
     for t in tasks:
+        counted = [x for i, c in enumerate(t.gold_columns) if COUNT.search(c)
+                   for r in t.gold_rows if (x := number(r[i])) is not None]
+        if counted:
+            counts.append(max(counted))
         shapes[(t.scenario, t.difficulty)].add(shape(t.gold_sql))
         for leaf in t.sql_tree.leaves():
             sql_leaves += 1
@@ -81,7 +88,9 @@ def describe(folder: Path) -> dict:
             "column-exists leaves per task": f"{exists / max(len(tasks), 1):.1f}",
             "acceptable ranges": len(widths),
             "range width / largest gold value (median)": f"{statistics.median(widths):.2f}x" if widths else "-",
-            "gold rows (median)": statistics.median(rows) if rows else 0}
+            "gold rows (median)": statistics.median(rows) if rows else 0,
+            "largest count in the gold (median)": f"{statistics.median(counts):g} ({len(counts)} tasks)"
+                                                  if counts else "-"}
 
 
 def main() -> None:

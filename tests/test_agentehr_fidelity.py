@@ -348,7 +348,7 @@ def test_a_bad_censoring_or_clinsql_grading_option_stops_the_run_naming_field_an
     assert ehrbench.censoring() == "ehrbench" and any("censoring=ehrbench" in d for d in ehrbench.contract()[1])
     with pytest.raises(ConfigurationError, match=r"benchmark.censoring='strict'.*original.*ehrbench"):
         AgentEhrBenchmark({**agentehr, "censoring": "strict"}).check()
-    clinsql = {**yaml.safe_load((conf / "clinsql.yaml").read_text()), "world": {"seed": 0, "scale": 10}}
+    clinsql = {**yaml.safe_load((conf / "clinsql.yaml").read_text()), "world": {"seed": 0, "scale": 100}}
     for field, value, says in (("grading", "rules", "judge .* or offline"), ("leaf_checker", "yes", "true or false"),
                                ("judge_gold", 1, "true or false"), ("contract", "paper", "original .* or ehrbench"),
                                ("max_rows", 0, "integer >= 1")):

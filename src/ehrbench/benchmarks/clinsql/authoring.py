@@ -3,16 +3,17 @@ cohort questions, each with gold BigQuery SQL, the gold result it gives on the w
 two rubric trees in ClinSQL's JSON shape.
 
 Style learnt from ClinSQL's validation split only: an anchor patient ("For my 68-year-old male patient ...") and a
-cohort of the same sex within ±5 years, anchor_age or age at admission (anchor_age + admission year - anchor_year);
-ICD-9 and ICD-10 prefixes side by side; real item ids; easy = one statistic, medium = a stratified distribution,
-hard = a derived score or strata with outcomes. SQL trees have ClinSQL's four categories (Patient Cohort
-Construction 3, Medical Concept Implementation 2, Database Integration 3, Clinical Analytics 2) with critical
-leaves where ClinSQL's validation trees have them (`critical`); results trees check format (sequential: CSV, each column, no NULLs) then, per numeric column, clinical
-plausibility (a fixed clinical range) and the acceptable range (the gold values widened on each side by WIDEN of
-their largest magnitude, inside the plausible range: as wide, relative to the gold, as ClinSQL's validation split's
-ranges; `make bench-clinsql-tasks` prints both).
+cohort of the same sex within ±5 years, anchor_age or age at admission (anchor_age + admission year - anchor_year),
+in three of four tasks with a third criterion (`Anchor.restriction`); ICD-9 and ICD-10 prefixes side by side; real
+item ids; easy = one statistic, medium = a stratified distribution, hard = a derived score or strata with outcomes.
+SQL trees have ClinSQL's four categories (Patient Cohort Construction 3, Medical Concept Implementation 2, Database
+Integration 3, Clinical Analytics 2) at ClinSQL's grain (`leaves_of`) with critical leaves where ClinSQL's
+validation trees have them (`critical`); results trees check format (sequential: CSV, each column, no NULLs) then,
+per numeric column, clinical plausibility (a fixed clinical range) and the acceptable range (the gold values
+widened on each side by WIDEN of their largest magnitude, inside the plausible range: as wide, relative to the
+gold, as ClinSQL's validation split's ranges; `make bench-clinsql-tasks` prints both).
 
-    python -m ehrbench.benchmarks.clinsql.authoring --out data/tasks/clinsql [--seed 0 --scale 10 --per-cell 17]
+    python -m ehrbench.benchmarks.clinsql.authoring --out data/tasks/clinsql [--seed 0 --scale 100 --per-cell 17]
 
 writes the folders and a manifest.json naming the world (seed, scale) the gold results come from. Instances whose
 gold result is empty, all NULL or outside the clinical range are skipped (counted in the manifest).
@@ -23,6 +24,7 @@ import argparse
 import json
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,11 +47,50 @@ def critical(category: str, position: int, flagged: bool) -> bool:
     return category == "database-integration" and position == 0 and flagged
 
 
-def sql_tree(draft: Draft) -> Node:
+JOIN = re.compile(r"^Joins (?P<tables>.+?) (?:on|by) (?P<keys>.+?)\.?$")
+
+
+def leaves_of(draft: Draft, columns: tuple[str, ...]) -> dict[str, list[tuple[str, str, bool]]]:
+    """The template's leaves at ClinSQL's grain (its validation trees average 12.3 SQL leaves): a join leaf
+    ("Joins A and B on k") becomes its pair, table-join logic and key matching; a query that drops NULL values or
+    checks `icd_version` gets the leaf for it; one that ends grouping by its first column gets grouping logic; the
+    analytics end with output formatting (the columns asked)."""
+    out: dict[str, list[tuple[str, str, bool]]] = {}
+    for category, leaves in draft.leaves.items():
+        out[category] = []
+        for leaf_id, requirement, flagged in leaves:
+            joined = JOIN.match(requirement) if category == "database-integration" else None
+            if joined is None:
+                out[category].append((leaf_id, requirement, flagged))
+                continue
+            out[category] += [(leaf_id, f"Table Join Logic: joins {joined['tables']}.", flagged),
+                              (f"{leaf_id}-key-matching", f"Key Matching: the join matches rows on "
+                               f"{joined['keys']}.", False)]
+    concept = out.setdefault("medical-concept-implementation", [])
+    said = " ".join(f"{i} {r}" for leaves in out.values() for i, r, _ in leaves).lower()
+    if "valuenum IS NOT NULL" in draft.sql and "null" not in said:
+        concept.append(("null-value-handling", "Null Value Handling: excludes measurements without a numeric value "
+                        "(`valuenum IS NOT NULL`).", False))
+    if "icd_version" in draft.sql and "icd-version" not in said:
+        concept.append(("icd-version-handling", "ICD Version Handling: matches ICD-9 and ICD-10 codes each within its "
+                        "own `icd_version`.", False))
+    asked = ", ".join(f"`{c}`" for c in columns)
+    analytics = out.setdefault("clinical-analytics", [])
+    if re.search(r"\bGROUP BY\s+(\w+)\s+ORDER BY\s+\1;?\s*$", draft.sql) and "group" not in said:
+        analytics.append(("grouping-logic", f"Grouping Logic: one row per `{columns[0]}` group, in a stable order.",
+                          False))
+    analytics.append((
+        "output-formatting", f"Output Formatting: returns {'one row per group with ' if len(columns) > 1 else ''}"
+        f"a column for each measure asked ({asked}, or equivalent names), numbers rounded sensibly.", False))
+    return out
+
+
+def sql_tree(draft: Draft, columns: tuple[str, ...]) -> Node:
     children = []
+    leaves_by_category = leaves_of(draft, columns)
     for cid, title, weight in SQL_CATEGORIES:
         leaves = tuple(Node(i, req, False, critical(cid, n, crit))
-                       for n, (i, req, crit) in enumerate(draft.leaves.get(cid, [])))
+                       for n, (i, req, crit) in enumerate(leaves_by_category.get(cid, [])))
         if leaves:
             children.append(Node(cid, title, cid == "clinical-analytics" and draft.sequential_analytics, False,
                                  weight, "1/0", leaves))
@@ -155,8 +196,9 @@ def author(duckdb_path: str | Path, seed: int = 0, per_cell: int = 17, max_tries
                 for _ in range(max_tries):
                     if made == per_cell:
                         break
-                    anchor = Anchor(rng.randint(45, 85), rng.random() < 0.5, rng.randrange(4))
+                    anchor = Anchor(rng.randint(45, 85), rng.random() < 0.5, rng.randrange(4), rng.randrange(4))
                     draft = TEMPLATES[scenario, difficulty](anchor, rng)
+                    draft.question += anchor.sentence()
                     if draft.sql in seen:
                         continue
                     seen.add(draft.sql)
@@ -173,7 +215,7 @@ def author(duckdb_path: str | Path, seed: int = 0, per_cell: int = 17, max_tries
                     made += 1
                     out.tasks.append(Task(scenario, difficulty, f"{made:03d}", draft.question, draft.sql, columns,
                                           tuple(tuple("" if v is None else str(v) for v in r) for r in rows),
-                                          sql_tree(draft), results_tree(draft, columns, rows)))
+                                          sql_tree(draft, columns), results_tree(draft, columns, rows)))
                 if made < per_cell:
                     out.skipped[f"{scenario}/{difficulty}: only {made} of {per_cell}"] = per_cell - made
     finally:
@@ -202,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="data/tasks/clinsql")
     parser.add_argument("--seed", type=int, default=0, help="the world's seed (data.seed)")
-    parser.add_argument("--scale", type=float, default=10.0, help="the world's scale (benchmark.world_scale)")
+    parser.add_argument("--scale", type=float, default=100.0, help="the world's scale (benchmark.world_scale)")
     parser.add_argument("--root", default="data/generated", help="where built databases are cached (data.root)")
     parser.add_argument("--per-cell", type=int, default=17, help="tasks per scenario and difficulty")
     args = parser.parse_args(argv)

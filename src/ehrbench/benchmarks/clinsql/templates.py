@@ -97,9 +97,13 @@ def stat_name(k: int) -> str:
 # --- the anchor patient -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Anchor:
+    """The anchor patient and the cohort drawn around them: same sex, age within ±5 years, and, for `restriction`
+    1 to 3, only patients with an emergency, a Medicare-insured or an emergency-room admission (ClinSQL's cohorts
+    often carry such a third criterion; it also varies the queries' shapes)."""
     age: int
     male: bool
     style: int
+    restriction: int = 0
 
     @property
     def lo(self) -> int:
@@ -132,13 +136,40 @@ class Anchor:
                 f"As a clinician: for my {self.age}{hyphen}year{hyphen}old {self.adj}"
                 + (f" with {extra}" if extra else "")][self.style % 4]
 
+    def where(self, indent: int, how: str = "anchor_age") -> str:
+        """The cohort's WHERE clause (after `WHERE `), its lines indented as the query around it."""
+        pad = " " * (indent + 2)
+        age = "p.anchor_age" if how == "anchor_age" else age_at_admission()
+        lines = [f"p.gender = '{self.g}'", f"{pad}AND {age} BETWEEN {self.lo} AND {self.hi}"]
+        if self.restriction:
+            column, values = RESTRICTIONS[self.restriction][1:3]
+            lines.append(f"{pad}AND EXISTS (\n{pad}  SELECT 1 FROM {t(HOSP, 'admissions')} AS ra\n{pad}  WHERE "
+                         f"ra.subject_id = p.subject_id AND ra.{column} IN ({', '.join(repr(v) for v in values)})"
+                         f"\n{pad})")
+        return "\n".join(lines)
+
+    def sentence(self) -> str:
+        """The cohort's third criterion as the question states it ('' without one)."""
+        return f" Only include patients with {RESTRICTIONS[self.restriction][0]}." if self.restriction else ""
+
     def cohort_leaves(self, how: str = "anchor_age") -> list[tuple[str, str, bool]]:
         age = ("`p.anchor_age BETWEEN {lo} AND {hi}`" if how == "anchor_age" else
                "the age at admission (`p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year`) between "
                "{lo} and {hi}").format(lo=self.lo, hi=self.hi)
-        return [("gender-selection", f"Filters the cohort to {self.people} only, as specified by "
-                 f"`p.gender = '{self.g}'`.", True),
-                ("age-range-selection", f"Restricts the cohort to ages {self.lo} to {self.hi}, using {age}.", True)]
+        leaves = [("gender-selection", f"Filters the cohort to {self.people} only, as specified by "
+                   f"`p.gender = '{self.g}'`.", True),
+                  ("age-range-selection", f"Restricts the cohort to ages {self.lo} to {self.hi}, using {age}.", True)]
+        if self.restriction:
+            what, column, values = RESTRICTIONS[self.restriction]
+            leaves.append((f"{column.replace('_', '-')}-restriction", f"Keeps only patients with {what} (an "
+                           f"`admissions` row of the same `subject_id` with `{column}` in "
+                           f"({', '.join(repr(v) for v in values)})), whichever admission is analysed.", True))
+        return leaves
+
+
+RESTRICTIONS = {1: ("at least one emergency admission", "admission_type", ("EW EMER.", "DIRECT EMER.")),
+                2: ("at least one Medicare-insured admission", "insurance", ("Medicare",)),
+                3: ("at least one admission through the emergency room", "admission_location", ("EMERGENCY ROOM",))}
 
 
 def age_at_admission() -> str:
@@ -158,9 +189,23 @@ class Draft:
 Template = Callable[[Anchor, random.Random], Draft]
 
 
+def with_extra(draft: Draft, rng: random.Random, item: str, column: str, sentence: str,
+               output: tuple[str, float, float], leaf: tuple[str, str]) -> Draft:
+    """Half the instances of a template also ask for one more measure (a sentence at the question's end, a column
+    at the end of the outer SELECT, its output range and its analytics leaf): ClinSQL's cells vary in what they
+    report, not only in their concepts."""
+    if rng.random() < 0.5:
+        return draft
+    at = draft.sql.rindex("\nFROM ")
+    draft.sql = f"{draft.sql[:at]},\n  {item} AS {column}{draft.sql[at:]}"
+    draft.question += f" Also report {sentence}."
+    draft.outputs[column] = output
+    draft.leaves.setdefault("clinical-analytics", []).append((*leaf, False))
+    return draft
+
+
 # --- the templates: one per scenario and difficulty ---------------------------------------------------------------
 COUNT = ("number of patients", 1, 100000)
-RATE = ("rate (0 to 1)", 0, 1)
 PCT = ("percentage", 0, 100)
 LOS_DAYS = ("length of stay in days", 0, 365)
 LOS_HOURS = ("length of stay in hours", 0, 8760)
@@ -176,8 +221,7 @@ def demographics_easy(an: Anchor, rng: random.Random) -> Draft:
 FROM {t(HOSP, 'patients')} AS p
 JOIN {t(HOSP, 'admissions')} AS a
   ON p.subject_id = a.subject_id
-WHERE p.gender = '{an.g}'
-  AND p.anchor_age BETWEEN {an.lo} AND {an.hi}
+WHERE {an.where(0)}
   AND a.admission_type IN ({listed});"""
     return Draft(f"{an.opening()}, among {an.people} aged {an.lo}–{an.hi} with {group} admissions, what is the "
                  f"{stat} hospital length of stay in days?", sql, {
@@ -208,8 +252,7 @@ def demographics_medium(an: Anchor, rng: random.Random) -> Draft:
   FROM {t(HOSP, 'patients')} AS p
   JOIN {t(HOSP, 'admissions')} AS a
     ON p.subject_id = a.subject_id
-  WHERE p.gender = '{an.g}'
-    AND {age_at_admission()} BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2, "admission")}
     AND a.insurance = '{insurance}'
 )
 SELECT
@@ -221,7 +264,7 @@ SELECT
 FROM cohort
 GROUP BY disposition
 ORDER BY disposition;"""
-    return Draft(f"{an.opening()}, among {insurance} {an.adj} admissions aged {an.lo}–{an.hi} at admission, give "
+    draft = Draft(f"{an.opening()}, among {insurance} {an.adj} admissions aged {an.lo}–{an.hi} at admission, give "
                  "the length-of-stay distribution (count, mean, median, percent ≤10 days) by discharge to home, "
                  "to a facility, or in-hospital death.", sql, {
                      "patient-cohort-construction": an.cohort_leaves("admission") + [
@@ -240,6 +283,9 @@ ORDER BY disposition;"""
                                              "10 days.", False)]},
                  {"num_admissions": ("number of admissions", 1, 100000), "mean_los_days": LOS_DAYS,
                   "median_los_days": LOS_DAYS, "pct_los_le_10_days": PCT})
+    return with_extra(draft, rng, "APPROX_QUANTILES(los_days, 100)[OFFSET(90)]", "p90_los_days",
+                      "the 90th percentile of length of stay", ("90th percentile length of stay in days", 0, 365),
+                      ("p90-los", "Computes the 90th percentile of LOS per group."))
 
 
 def demographics_hard(an: Anchor, rng: random.Random) -> Draft:
@@ -252,8 +298,7 @@ def demographics_hard(an: Anchor, rng: random.Random) -> Draft:
   FROM {t(HOSP, 'patients')} AS p
   JOIN {t(HOSP, 'admissions')} AS a
     ON p.subject_id = a.subject_id
-  WHERE p.gender = '{an.g}'
-    AND {age_at_admission()} BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2, "admission")}
 ),
 flagged AS (
   SELECT
@@ -269,15 +314,15 @@ SELECT
   IF(has_condition, '{cond.name}', 'all other index admissions') AS cohort,
   COUNT(*) AS num_patients,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
-  ROUND(COUNTIF(next_admittime IS NOT NULL AND DATETIME_DIFF(next_admittime, dischtime, DAY) <= 30) / COUNT(*), 4)
-    AS readmission_30d_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
+  ROUND(100 * COUNTIF(next_admittime IS NOT NULL AND DATETIME_DIFF(next_admittime, dischtime, DAY) <= 30) / COUNT(*), 2)
+    AS readmission_30d_pct
 FROM flagged
 GROUP BY cohort
 ORDER BY cohort;"""
     return Draft(f"{an.opening(cond.name)}. Among {an.adj} patients aged {an.lo}–{an.hi} at their first (index) "
                  f"admission, compare index admissions with {cond.name} to all other index admissions: number of "
-                 "patients, mean LOS, in-hospital mortality and 30-day readmission rate.", sql, {
+                 "patients, mean LOS, in-hospital mortality (%) and 30-day readmission (%).", sql, {
                      "patient-cohort-construction": an.cohort_leaves("admission") + [
                          ("index-admission", "Keeps each patient's first admission (ROW_NUMBER over admittime = 1).",
                           True)],
@@ -294,8 +339,8 @@ ORDER BY cohort;"""
                                              "`hospital_expire_flag`.", False),
                                             ("group-comparison", "Reports the measures for both groups side by side.",
                                              False)]},
-                 {"num_patients": COUNT, "mean_los_days": LOS_DAYS, "mortality_rate": RATE,
-                  "readmission_30d_rate": RATE}, sequential_analytics=True)
+                 {"num_patients": COUNT, "mean_los_days": LOS_DAYS, "mortality_pct": PCT,
+                  "readmission_30d_pct": PCT}, sequential_analytics=True)
 
 
 def vitals_easy(an: Anchor, rng: random.Random) -> Draft:
@@ -312,8 +357,7 @@ def vitals_easy(an: Anchor, rng: random.Random) -> Draft:
     ON p.subject_id = i.subject_id
   JOIN {t(ICU, 'chartevents')} AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = '{an.g}'
-    AND p.anchor_age BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2)}
     AND ce.itemid = {m.itemid}
     AND ce.valuenum IS NOT NULL
 )
@@ -328,7 +372,7 @@ WHERE rn = 1;"""
                          ("vital-itemid", f"Selects {m.name} with `ce.itemid = {m.itemid}` and non-null "
                           "`valuenum`.", True)],
                      "database-integration": [("icu-join", "Joins `patients`, `icustays` and `chartevents` "
-                                               "(subject_id, stay_id).", True)],
+                                               "on subject_id / stay_id.", True)],
                      "clinical-analytics": [("first-measurement", "Takes the first measurement per ICU stay "
                                              "(ROW_NUMBER over charttime).", False),
                                             ("percentile", f"Computes the {stat}.", False)]},
@@ -347,8 +391,7 @@ def vitals_medium(an: Anchor, rng: random.Random) -> Draft:
     ON p.subject_id = i.subject_id
   JOIN {t(ICU, 'chartevents')} AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = '{an.g}'
-    AND p.anchor_age BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2)}
     AND ce.itemid = {m.itemid}
     AND ce.valuenum IS NOT NULL
     AND ce.charttime BETWEEN i.intime AND DATETIME_ADD(i.intime, INTERVAL {hours} HOUR)
@@ -366,7 +409,7 @@ SELECT
 FROM stay_means
 GROUP BY category
 ORDER BY category;"""
-    return Draft(f"{an.opening()}. Among {an.adj} ICU patients {an.lo}–{an.hi}, categorize per-stay average "
+    draft = Draft(f"{an.opening()}. Among {an.adj} ICU patients {an.lo}–{an.hi}, categorize per-stay average "
                  f"{m.name} during the first {hours} hours as <{m.low:g}, {m.low:g}–{m.high:g}, >{m.high:g} and give "
                  "n, mean and median.", sql, {
                      "patient-cohort-construction": an.cohort_leaves(),
@@ -375,7 +418,7 @@ ORDER BY category;"""
                          ("time-window", f"Keeps measurements within the first {hours} hours after ICU `intime`.",
                           True)],
                      "database-integration": [("icu-join", "Joins `patients`, `icustays` and `chartevents` "
-                                               "(subject_id, stay_id).", True)],
+                                               "on subject_id / stay_id.", True)],
                      "clinical-analytics": [("per-stay-average", "Averages the values per ICU stay.", False),
                                             ("categorization", f"Categorizes the averages at {m.low:g} and "
                                              f"{m.high:g}.", False),
@@ -383,6 +426,9 @@ ORDER BY category;"""
                                              False)]},
                  {"num_stays": ("number of ICU stays", 1, 100000), "mean_value": (f"mean {m.name}", *m.plausible),
                   "median_value": (f"median {m.name}", *m.plausible)})
+    return with_extra(draft, rng, "ROUND(STDDEV(mean_value), 2)", "sd_value", "the standard deviation",
+                      (f"standard deviation of {m.name}", 0, m.plausible[1] - m.plausible[0]),
+                      ("standard-deviation", "Computes the standard deviation of the per-stay averages."))
 
 
 def vitals_hard(an: Anchor, rng: random.Random) -> Draft:
@@ -397,8 +443,7 @@ def vitals_hard(an: Anchor, rng: random.Random) -> Draft:
   FROM {t(HOSP, 'patients')} AS p
   JOIN {t(ICU, 'icustays')} AS i
     ON p.subject_id = i.subject_id
-  WHERE p.gender = '{an.g}'
-    AND p.anchor_age BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2)}
 ),
 episodes AS (
   SELECT
@@ -423,13 +468,14 @@ SELECT
   COUNT(*) AS num_stays,
   ROUND(AVG(abnormal_episodes), 2) AS mean_abnormal_episodes,
   ROUND(AVG(los * 24), 1) AS mean_icu_los_hours,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct
 FROM quartiles
 GROUP BY quartile
 ORDER BY quartile;"""
-    return Draft(f"{an.opening()}: among {an.adj} first ICU stays aged {an.lo}–{an.hi}, count measurements of "
+    draft = Draft(f"{an.opening()}: among {an.adj} first ICU stays aged {an.lo}–{an.hi}, count measurements of "
                  f"{word} in the first 24 hours, stratify stays into quartiles of that count and report per "
-                 "quartile the number of stays, mean count, mean ICU LOS in hours and in-hospital mortality.", sql, {
+                 "quartile the number of stays, mean count, mean ICU LOS in hours and in-hospital mortality (%).",
+                 sql, {
                      "patient-cohort-construction": an.cohort_leaves() + [
                          ("first-icu-stay", "Keeps each patient's first ICU stay (ROW_NUMBER over intime = 1).",
                           True)],
@@ -438,7 +484,7 @@ ORDER BY quartile;"""
                          ("abnormal-threshold", f"Counts measurements with {test.replace('ce.', '')}.", True),
                          ("time-window", "Restricts to the first 24 hours after ICU `intime`.", False)],
                      "database-integration": [("icu-join", "Joins `patients`, `icustays`, `chartevents` and "
-                                               "`admissions` on their keys.", True),
+                                               "`admissions` on subject_id / stay_id / hadm_id.", True),
                                               ("left-join-zero", "Keeps stays without abnormal measurements "
                                                "(LEFT JOIN, count 0).", False)],
                      "clinical-analytics": [("quartiles", "Stratifies stays into quartiles (NTILE(4)).", False),
@@ -446,7 +492,10 @@ ORDER BY quartile;"""
                                              "in-hospital mortality per quartile.", False)]},
                  {"num_stays": ("number of ICU stays", 1, 100000),
                   "mean_abnormal_episodes": ("mean abnormal measurements", 0, 500),
-                  "mean_icu_los_hours": LOS_HOURS, "mortality_rate": RATE}, sequential_analytics=True)
+                  "mean_icu_los_hours": LOS_HOURS, "mortality_pct": PCT}, sequential_analytics=True)
+    return with_extra(draft, rng, "APPROX_QUANTILES(los * 24, 100)[OFFSET(50)]", "median_icu_los_hours",
+                      "the median ICU LOS in hours per quartile", ("median ICU length of stay in hours", 0, 8760),
+                      ("median-icu-los", "Computes the median ICU LOS in hours per quartile."))
 
 
 def labs_easy(an: Anchor, rng: random.Random) -> Draft:
@@ -461,8 +510,7 @@ def labs_easy(an: Anchor, rng: random.Random) -> Draft:
   FROM {t(HOSP, 'patients')} AS p
   JOIN {t(HOSP, 'labevents')} AS le
     ON p.subject_id = le.subject_id
-  WHERE p.gender = '{an.g}'
-    AND p.anchor_age BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2)}
     AND le.itemid = {m.itemid}
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
@@ -493,8 +541,7 @@ def labs_medium(an: Anchor, rng: random.Random) -> Draft:
     ON p.subject_id = a.subject_id
   JOIN {t(HOSP, 'diagnoses_icd')} AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = '{an.g}'
-    AND {age_at_admission()} BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2, "admission")}
     AND {cond.where('d')}
 ),
 initial AS (
@@ -545,8 +592,7 @@ def labs_hard(an: Anchor, rng: random.Random) -> Draft:
     ON p.subject_id = a.subject_id
   JOIN {t(HOSP, 'diagnoses_icd')} AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = '{an.g}'
-    AND {age_at_admission()} BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2, "admission")}
     AND {cond.where('d')}
 ),
 instability AS (
@@ -567,14 +613,15 @@ SELECT
   IF(quartile = 4, 'top quartile', 'lower three quartiles') AS instability_group,
   COUNT(*) AS num_admissions,
   ROUND(AVG(abnormal_results), 2) AS mean_abnormal_results,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days
 FROM ranked
 GROUP BY instability_group
 ORDER BY instability_group;"""
     return Draft(f"{an.opening(cond.name)}. Among {an.adj} {cond.name} admissions aged {an.lo}–{an.hi}, score lab "
                  f"instability as the number of abnormal-flagged results in the first {hours} hours; for the top "
-                 "quartile versus the rest report admissions, mean score, in-hospital mortality and mean LOS.", sql, {
+                 "quartile versus the rest report admissions, mean score, in-hospital mortality (%) and mean LOS.",
+                 sql, {
                      "patient-cohort-construction": an.cohort_leaves("admission"),
                      "medical-concept-implementation": [
                          ("condition-codes", f"Identifies {cond.name} ({cond.codes()}) by `icd_version`.", True),
@@ -588,7 +635,7 @@ ORDER BY instability_group;"""
                                             ("group-outcomes", "Reports count, mean score, mortality and LOS for "
                                              "the top quartile and the rest.", False)]},
                  {"num_admissions": ("number of admissions", 1, 100000),
-                  "mean_abnormal_results": ("mean abnormal results", 0, 1000), "mortality_rate": RATE,
+                  "mean_abnormal_results": ("mean abnormal results", 0, 1000), "mortality_pct": PCT,
                   "mean_los_days": LOS_DAYS}, sequential_analytics=True)
 
 
@@ -601,8 +648,7 @@ def medication_easy(an: Anchor, rng: random.Random) -> Draft:
 FROM {t(HOSP, 'patients')} AS p
 JOIN {t(HOSP, 'prescriptions')} AS rx
   ON p.subject_id = rx.subject_id
-WHERE p.gender = '{an.g}'
-  AND p.anchor_age BETWEEN {an.lo} AND {an.hi}
+WHERE {an.where(0)}
   AND LOWER(rx.drug) LIKE '%{drug}%'
   AND rx.stoptime > rx.starttime;"""
     return Draft(f"{an.opening()}. Among {an.people} aged {an.lo}–{an.hi}, what is the {stat} duration in days "
@@ -632,8 +678,7 @@ def medication_medium(an: Anchor, rng: random.Random) -> Draft:
   FROM {t(HOSP, 'patients')} AS p
   JOIN {t(HOSP, 'admissions')} AS a
     ON p.subject_id = a.subject_id
-  WHERE p.gender = '{an.g}'
-    AND {age_at_admission()} BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2, "admission")}
 ),
 exposure AS (
   SELECT
@@ -678,8 +723,7 @@ def medication_hard(an: Anchor, rng: random.Random) -> Draft:
   FROM {t(HOSP, 'patients')} AS p
   JOIN {t(HOSP, 'admissions')} AS a
     ON p.subject_id = a.subject_id
-  WHERE p.gender = '{an.g}'
-    AND {age_at_admission()} BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2, "admission")}
 ),
 complexity AS (
   SELECT
@@ -700,15 +744,15 @@ SELECT
   COUNT(*) AS num_admissions,
   ROUND(AVG(distinct_drugs), 2) AS mean_distinct_drugs,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
-  ROUND(COUNTIF(next_admittime IS NOT NULL AND DATETIME_DIFF(next_admittime, dischtime, DAY) <= 30) / COUNT(*), 4)
-    AS readmission_30d_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
+  ROUND(100 * COUNTIF(next_admittime IS NOT NULL AND DATETIME_DIFF(next_admittime, dischtime, DAY) <= 30) / COUNT(*), 2)
+    AS readmission_30d_pct
 FROM ranked
 GROUP BY {word}
 ORDER BY {word};"""
-    return Draft(f"{an.opening()}. Among {an.adj} inpatients aged {an.lo}–{an.hi}, compute medication complexity "
+    draft = Draft(f"{an.opening()}. Among {an.adj} inpatients aged {an.lo}–{an.hi}, compute medication complexity "
                  f"as distinct drugs started in the first {hours} hours, stratify into {word}s, and report LOS, "
-                 f"in-hospital mortality and 30-day readmission per {word}.", sql, {
+                 f"in-hospital mortality (%) and 30-day readmission (%) per {word}.", sql, {
                      "patient-cohort-construction": an.cohort_leaves("admission"),
                      "medical-concept-implementation": [
                          ("complexity-definition", "Counts distinct drugs (`prescriptions.drug`) per admission.",
@@ -725,7 +769,10 @@ ORDER BY {word};"""
                                             ("outcomes", "Reports LOS and mortality per stratum.", False)]},
                  {"num_admissions": ("number of admissions", 1, 100000),
                   "mean_distinct_drugs": ("mean distinct drugs", 0, 200), "mean_los_days": LOS_DAYS,
-                  "mortality_rate": RATE, "readmission_30d_rate": RATE}, sequential_analytics=True)
+                  "mortality_pct": PCT, "readmission_30d_pct": PCT}, sequential_analytics=True)
+    return with_extra(draft, rng, "APPROX_QUANTILES(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0, 100)[OFFSET(50)]",
+                      "median_los_days", f"the median LOS in days per {word}", LOS_DAYS,
+                      ("median-los", f"Computes the median LOS per {word}."))
 
 
 def procedures_easy(an: Anchor, rng: random.Random) -> Draft:
@@ -744,8 +791,7 @@ FROM (
   FROM {t(HOSP, 'patients')} AS p
   JOIN {t(HOSP, 'procedures_icd')} AS pr
     ON p.subject_id = pr.subject_id
-  WHERE p.gender = '{an.g}'
-    AND p.anchor_age BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2)}
     AND {where}
   GROUP BY pr.hadm_id
 ) AS per_admission;"""
@@ -772,8 +818,7 @@ def procedures_medium(an: Anchor, rng: random.Random) -> Draft:
   FROM {t(HOSP, 'patients')} AS p
   JOIN {t(ICU, 'icustays')} AS i
     ON p.subject_id = i.subject_id
-  WHERE p.gender = '{an.g}'
-    AND p.anchor_age BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2)}
 ),
 events AS (
   SELECT
@@ -794,7 +839,7 @@ SELECT
 FROM events
 GROUP BY unit_type
 ORDER BY unit_type;"""
-    return Draft(f"{an.opening()}, among {an.adj} ICU stays aged {an.lo}–{an.hi}, what share of stays had "
+    draft = Draft(f"{an.opening()}, among {an.adj} ICU stays aged {an.lo}–{an.hi}, what share of stays had "
                  f"{name} (procedureevents), in surgical versus medical or cardiac ICUs?", sql, {
                      "patient-cohort-construction": an.cohort_leaves(),
                      "medical-concept-implementation": [
@@ -807,6 +852,9 @@ ORDER BY unit_type;"""
                      "clinical-analytics": [("share", "Computes the percentage of stays with the procedure per unit "
                                              "type.", False)]},
                  {"num_stays": ("number of ICU stays", 1, 100000), "pct_with_procedure": PCT})
+    return with_extra(draft, rng, "ROUND(AVG(num_events), 2)", "mean_events_per_stay",
+                      f"the mean number of {name} events per stay", ("mean events per stay", 0, 1000),
+                      ("events-per-stay", "Averages the number of events per stay, stays without any counting 0."))
 
 
 def procedures_hard(an: Anchor, rng: random.Random) -> Draft:
@@ -824,8 +872,7 @@ def procedures_hard(an: Anchor, rng: random.Random) -> Draft:
     ON p.subject_id = i.subject_id
   JOIN {t(HOSP, 'admissions')} AS a
     ON i.hadm_id = a.hadm_id
-  WHERE p.gender = '{an.g}'
-    AND p.anchor_age BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2)}
 ),
 counts AS (
   SELECT
@@ -842,19 +889,19 @@ SELECT
   COUNT(*) AS num_stays,
   APPROX_QUANTILES(procedures_72h, 100)[OFFSET({k})] AS procedures_72h_p{k},
   ROUND(AVG(los), 2) AS mean_icu_los_days,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct
 FROM counts
 GROUP BY cohort
 ORDER BY cohort;"""
     return Draft(f"{an.opening()}. Among {an.adj} ICU patients aged {an.lo}–{an.hi}, comparing those with "
                  f"{cond.name} versus other ICU patients, what is the {stat} of bedside procedures in the first 72 "
-                 "hours, and the associated ICU LOS and in-hospital mortality?", sql, {
+                 "hours, and the associated ICU LOS and in-hospital mortality (%)?", sql, {
                      "patient-cohort-construction": an.cohort_leaves(),
                      "medical-concept-implementation": [
                          ("condition-codes", f"Flags {cond.name} ({cond.codes()}).", True),
                          ("time-window", "Counts procedureevents started within 72 hours of ICU intime.", False)],
                      "database-integration": [("icu-joins", "Joins patients, icustays, admissions, diagnoses_icd and "
-                                               "procedureevents on their keys.", True),
+                                               "procedureevents on subject_id / hadm_id / stay_id.", True),
                                               ("left-join-zero", "Keeps stays without procedures (count 0).",
                                                False)],
                      "clinical-analytics": [("percentile", f"Computes the {stat} per group.", False),
@@ -862,7 +909,7 @@ ORDER BY cohort;"""
                                              False)]},
                  {"num_stays": ("number of ICU stays", 1, 100000),
                   f"procedures_72h_p{k}": (f"{stat} of procedures", 0, 500), "mean_icu_los_days": LOS_DAYS,
-                  "mortality_rate": RATE}, sequential_analytics=True)
+                  "mortality_pct": PCT}, sequential_analytics=True)
 
 
 def outcomes_easy(an: Anchor, rng: random.Random) -> Draft:
@@ -876,8 +923,7 @@ JOIN {t(HOSP, 'admissions')} AS a
   ON p.subject_id = a.subject_id
 JOIN {t(HOSP, 'diagnoses_icd')} AS d
   ON a.hadm_id = d.hadm_id
-WHERE p.gender = '{an.g}'
-  AND p.anchor_age BETWEEN {an.lo} AND {an.hi}
+WHERE {an.where(0)}
   AND d.seq_num <= 3
   AND {cond.where('d')};"""
     return Draft(f"{an.opening()}, among {an.people} aged {an.lo}–{an.hi} with {cond.name} among the first three "
@@ -904,8 +950,7 @@ def outcomes_medium(an: Anchor, rng: random.Random) -> Draft:
     ON p.subject_id = a.subject_id
   JOIN {t(HOSP, 'diagnoses_icd')} AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = '{an.g}'
-    AND {age_at_admission()} BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2, "admission")}
     AND {cond.where('d')}
 )
 SELECT
@@ -940,8 +985,7 @@ def outcomes_hard(an: Anchor, rng: random.Random) -> Draft:
     ON p.subject_id = a.subject_id
   JOIN {t(HOSP, 'diagnoses_icd')} AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = '{an.g}'
-    AND {age_at_admission()} BETWEEN {an.lo} AND {an.hi}
+  WHERE {an.where(2, "admission")}
     AND {cond.where('d')}
 ),
 scored AS (
@@ -960,14 +1004,14 @@ SELECT
   burden,
   COUNT(*) AS num_admissions,
   ROUND(AVG(charlson_comorbidity_index), 2) AS mean_charlson,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days
 FROM scored
 GROUP BY burden
 ORDER BY burden;"""
     return Draft(f"{an.opening(cond.name)}. For {an.adj} {cond.name} admissions aged {an.lo}–{an.hi}, stratify by "
                  "Charlson comorbidity burden (0–3, 4–6, 7+) and report admissions, mean Charlson index, "
-                 "in-hospital mortality and mean LOS per stratum.", sql, {
+                 "in-hospital mortality (%) and mean LOS per stratum.", sql, {
                      "patient-cohort-construction": an.cohort_leaves("admission"),
                      "medical-concept-implementation": [
                          ("condition-codes", f"Identifies {cond.name} ({cond.codes()}).", True),
@@ -979,7 +1023,7 @@ ORDER BY burden;"""
                      "clinical-analytics": [("strata-outcomes", "Reports count, mean index, mortality and LOS per "
                                              "stratum.", False)]},
                  {"num_admissions": ("number of admissions", 1, 100000), "mean_charlson": ("Charlson index", 0, 40),
-                  "mortality_rate": RATE, "mean_los_days": LOS_DAYS}, sequential_analytics=True)
+                  "mortality_pct": PCT, "mean_los_days": LOS_DAYS}, sequential_analytics=True)
 
 
 TEMPLATES: dict[tuple[str, str], Template] = {

@@ -1,5 +1,5 @@
 SELECT
-  APPROX_QUANTILES(procedure_count, 100)[OFFSET(25)] AS procedures_p25
+  APPROX_QUANTILES(procedure_count, 100)[OFFSET(75)] AS procedures_p75
 FROM (
   SELECT
     pr.hadm_id,
@@ -7,8 +7,12 @@ FROM (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.procedures_icd` AS pr
     ON p.subject_id = pr.subject_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 63 AND 73
-    AND ((pr.icd_version = 9 AND (pr.icd_code LIKE '96%' OR pr.icd_code LIKE '33%')) OR (pr.icd_version = 10 AND (pr.icd_code LIKE '0B%' OR pr.icd_code LIKE '5A1%')))
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 51 AND 61
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
+    AND ((pr.icd_version = 9 AND (pr.icd_code LIKE '87%' OR pr.icd_code LIKE '88%')) OR (pr.icd_version = 10 AND (pr.icd_code LIKE 'B%')))
   GROUP BY pr.hadm_id
 ) AS per_admission;

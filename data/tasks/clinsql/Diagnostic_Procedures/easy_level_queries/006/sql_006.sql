@@ -1,5 +1,5 @@
 SELECT
-  APPROX_QUANTILES(procedure_count, 100)[OFFSET(25)] AS procedures_p25
+  APPROX_QUANTILES(procedure_count, 100)[OFFSET(75)] AS procedures_p75
 FROM (
   SELECT
     pr.hadm_id,
@@ -9,6 +9,10 @@ FROM (
     ON p.subject_id = pr.subject_id
   WHERE p.gender = 'F'
     AND p.anchor_age BETWEEN 71 AND 81
-    AND ((pr.icd_version = 9 AND (pr.icd_code LIKE '42%' OR pr.icd_code LIKE '43%' OR pr.icd_code LIKE '44%' OR pr.icd_code LIKE '45%' OR pr.icd_code LIKE '46%')) OR (pr.icd_version = 10 AND (pr.icd_code LIKE '0D%')))
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ((pr.icd_version = 9 AND (pr.icd_code LIKE '87%' OR pr.icd_code LIKE '88%')) OR (pr.icd_version = 10 AND (pr.icd_code LIKE 'B%')))
   GROUP BY pr.hadm_id
 ) AS per_admission;

@@ -1,5 +1,5 @@
 SELECT
-  APPROX_QUANTILES(procedure_count, 100)[OFFSET(25)] AS procedures_p25
+  APPROX_QUANTILES(procedure_count, 100)[OFFSET(75)] AS procedures_p75
 FROM (
   SELECT
     pr.hadm_id,
@@ -8,7 +8,11 @@ FROM (
   JOIN `physionet-data.mimiciv_3_1_hosp.procedures_icd` AS pr
     ON p.subject_id = pr.subject_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 58 AND 68
-    AND ((pr.icd_version = 9 AND (pr.icd_code LIKE '96%' OR pr.icd_code LIKE '33%')) OR (pr.icd_version = 10 AND (pr.icd_code LIKE '0B%' OR pr.icd_code LIKE '5A1%')))
+    AND p.anchor_age BETWEEN 55 AND 65
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
+    AND ((pr.icd_version = 9 AND (pr.icd_code LIKE '35%' OR pr.icd_code LIKE '36%' OR pr.icd_code LIKE '37%')) OR (pr.icd_version = 10 AND (pr.icd_code LIKE '02%')))
   GROUP BY pr.hadm_id
 ) AS per_admission;

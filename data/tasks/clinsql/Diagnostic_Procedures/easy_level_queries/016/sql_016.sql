@@ -1,5 +1,5 @@
 SELECT
-  APPROX_QUANTILES(procedure_count, 100)[OFFSET(50)] AS procedures_median
+  APPROX_QUANTILES(procedure_count, 100)[OFFSET(90)] AS procedures_p90
 FROM (
   SELECT
     pr.hadm_id,
@@ -8,7 +8,7 @@ FROM (
   JOIN `physionet-data.mimiciv_3_1_hosp.procedures_icd` AS pr
     ON p.subject_id = pr.subject_id
   WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 46 AND 56
+    AND p.anchor_age BETWEEN 76 AND 86
     AND ((pr.icd_version = 9 AND (pr.icd_code LIKE '35%' OR pr.icd_code LIKE '36%' OR pr.icd_code LIKE '37%')) OR (pr.icd_version = 10 AND (pr.icd_code LIKE '02%')))
   GROUP BY pr.hadm_id
 ) AS per_admission;

@@ -1,5 +1,5 @@
 SELECT
-  APPROX_QUANTILES(procedure_count, 100)[OFFSET(75)] AS procedures_p75
+  APPROX_QUANTILES(procedure_count, 100)[OFFSET(50)] AS procedures_median
 FROM (
   SELECT
     pr.hadm_id,
@@ -7,8 +7,12 @@ FROM (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.procedures_icd` AS pr
     ON p.subject_id = pr.subject_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 69 AND 79
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 73 AND 83
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
     AND ((pr.icd_version = 9 AND (pr.icd_code LIKE '35%' OR pr.icd_code LIKE '36%' OR pr.icd_code LIKE '37%')) OR (pr.icd_version = 10 AND (pr.icd_code LIKE '02%')))
   GROUP BY pr.hadm_id
 ) AS per_admission;

@@ -3,7 +3,7 @@ WITH stays AS (
     i.stay_id, i.hadm_id, i.intime, i.los, a.hospital_expire_flag,
     EXISTS (
       SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
-      WHERE d.hadm_id = i.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '428%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I50%')))
+      WHERE d.hadm_id = i.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '285%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'D64%')))
     ) AS has_condition
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
@@ -11,7 +11,11 @@ WITH stays AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON i.hadm_id = a.hadm_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 59 AND 69
+    AND p.anchor_age BETWEEN 58 AND 68
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
 ),
 counts AS (
   SELECT
@@ -24,11 +28,11 @@ counts AS (
   GROUP BY s.stay_id, s.los, s.hospital_expire_flag, s.has_condition
 )
 SELECT
-  IF(has_condition, 'heart failure', 'other ICU patients') AS cohort,
+  IF(has_condition, 'anemia', 'other ICU patients') AS cohort,
   COUNT(*) AS num_stays,
-  APPROX_QUANTILES(procedures_72h, 100)[OFFSET(50)] AS procedures_72h_p50,
+  APPROX_QUANTILES(procedures_72h, 100)[OFFSET(75)] AS procedures_72h_p75,
   ROUND(AVG(los), 2) AS mean_icu_los_days,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct
 FROM counts
 GROUP BY cohort
 ORDER BY cohort;

@@ -3,15 +3,15 @@ WITH stays AS (
     i.stay_id, i.hadm_id, i.intime, i.los, a.hospital_expire_flag,
     EXISTS (
       SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
-      WHERE d.hadm_id = i.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '038%' OR d.icd_code LIKE '99591%' OR d.icd_code LIKE '99592%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'A40%' OR d.icd_code LIKE 'A41%' OR d.icd_code LIKE 'R652%')))
+      WHERE d.hadm_id = i.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '428%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I50%')))
     ) AS has_condition
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON i.hadm_id = a.hadm_id
-  WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 56 AND 66
+  WHERE p.gender = 'M'
+    AND p.anchor_age BETWEEN 43 AND 53
 ),
 counts AS (
   SELECT
@@ -24,11 +24,11 @@ counts AS (
   GROUP BY s.stay_id, s.los, s.hospital_expire_flag, s.has_condition
 )
 SELECT
-  IF(has_condition, 'sepsis', 'other ICU patients') AS cohort,
+  IF(has_condition, 'heart failure', 'other ICU patients') AS cohort,
   COUNT(*) AS num_stays,
   APPROX_QUANTILES(procedures_72h, 100)[OFFSET(50)] AS procedures_72h_p50,
   ROUND(AVG(los), 2) AS mean_icu_los_days,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct
 FROM counts
 GROUP BY cohort
 ORDER BY cohort;

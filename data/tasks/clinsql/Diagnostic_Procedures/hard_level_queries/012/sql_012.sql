@@ -3,15 +3,19 @@ WITH stays AS (
     i.stay_id, i.hadm_id, i.intime, i.los, a.hospital_expire_flag,
     EXISTS (
       SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
-      WHERE d.hadm_id = i.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '250%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'E10%' OR d.icd_code LIKE 'E11%')))
+      WHERE d.hadm_id = i.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '491%' OR d.icd_code LIKE '492%' OR d.icd_code LIKE '496%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'J44%')))
     ) AS has_condition
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON i.hadm_id = a.hadm_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 72 AND 82
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 47 AND 57
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
 ),
 counts AS (
   SELECT
@@ -24,11 +28,11 @@ counts AS (
   GROUP BY s.stay_id, s.los, s.hospital_expire_flag, s.has_condition
 )
 SELECT
-  IF(has_condition, 'diabetes', 'other ICU patients') AS cohort,
+  IF(has_condition, 'COPD', 'other ICU patients') AS cohort,
   COUNT(*) AS num_stays,
   APPROX_QUANTILES(procedures_72h, 100)[OFFSET(50)] AS procedures_72h_p50,
   ROUND(AVG(los), 2) AS mean_icu_los_days,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct
 FROM counts
 GROUP BY cohort
 ORDER BY cohort;

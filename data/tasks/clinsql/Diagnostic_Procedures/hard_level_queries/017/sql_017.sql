@@ -11,7 +11,7 @@ WITH stays AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON i.hadm_id = a.hadm_id
   WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 73 AND 83
+    AND p.anchor_age BETWEEN 62 AND 72
 ),
 counts AS (
   SELECT
@@ -28,7 +28,7 @@ SELECT
   COUNT(*) AS num_stays,
   APPROX_QUANTILES(procedures_72h, 100)[OFFSET(90)] AS procedures_72h_p90,
   ROUND(AVG(los), 2) AS mean_icu_los_days,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct
 FROM counts
 GROUP BY cohort
 ORDER BY cohort;

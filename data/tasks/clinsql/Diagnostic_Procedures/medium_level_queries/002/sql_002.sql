@@ -3,8 +3,12 @@ WITH stays AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
     ON p.subject_id = i.subject_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 56 AND 66
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 58 AND 68
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
 ),
 events AS (
   SELECT
@@ -14,7 +18,7 @@ events AS (
   FROM stays AS s
   LEFT JOIN `physionet-data.mimiciv_3_1_icu.procedureevents` AS pe
     ON s.stay_id = pe.stay_id
-    AND pe.itemid = 224385
+    AND pe.itemid = 224263
   GROUP BY s.stay_id, s.first_careunit
 )
 SELECT

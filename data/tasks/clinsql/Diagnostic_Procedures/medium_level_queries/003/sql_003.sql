@@ -3,8 +3,8 @@ WITH stays AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
     ON p.subject_id = i.subject_id
-  WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 67 AND 77
+  WHERE p.gender = 'M'
+    AND p.anchor_age BETWEEN 73 AND 83
 ),
 events AS (
   SELECT
@@ -14,7 +14,7 @@ events AS (
   FROM stays AS s
   LEFT JOIN `physionet-data.mimiciv_3_1_icu.procedureevents` AS pe
     ON s.stay_id = pe.stay_id
-    AND pe.itemid = 224263
+    AND pe.itemid = 224385
   GROUP BY s.stay_id, s.first_careunit
 )
 SELECT

@@ -4,7 +4,11 @@ WITH stays AS (
   JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
     ON p.subject_id = i.subject_id
   WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 73 AND 83
+    AND p.anchor_age BETWEEN 70 AND 80
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
 ),
 events AS (
   SELECT
@@ -14,14 +18,15 @@ events AS (
   FROM stays AS s
   LEFT JOIN `physionet-data.mimiciv_3_1_icu.procedureevents` AS pe
     ON s.stay_id = pe.stay_id
-    AND pe.itemid = 224263
+    AND pe.itemid = 225459
   GROUP BY s.stay_id, s.first_careunit
 )
 SELECT
   IF(first_careunit LIKE '%Surgical%' OR first_careunit LIKE '%SICU%', 'surgical ICU', 'medical or cardiac ICU')
     AS unit_type,
   COUNT(*) AS num_stays,
-  ROUND(100 * COUNTIF(num_events > 0) / COUNT(*), 2) AS pct_with_procedure
+  ROUND(100 * COUNTIF(num_events > 0) / COUNT(*), 2) AS pct_with_procedure,
+  ROUND(AVG(num_events), 2) AS mean_events_per_stay
 FROM events
 GROUP BY unit_type
 ORDER BY unit_type;

@@ -4,7 +4,11 @@ WITH stays AS (
   JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
     ON p.subject_id = i.subject_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 49 AND 59
+    AND p.anchor_age BETWEEN 68 AND 78
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
 ),
 events AS (
   SELECT
@@ -21,7 +25,8 @@ SELECT
   IF(first_careunit LIKE '%Surgical%' OR first_careunit LIKE '%SICU%', 'surgical ICU', 'medical or cardiac ICU')
     AS unit_type,
   COUNT(*) AS num_stays,
-  ROUND(100 * COUNTIF(num_events > 0) / COUNT(*), 2) AS pct_with_procedure
+  ROUND(100 * COUNTIF(num_events > 0) / COUNT(*), 2) AS pct_with_procedure,
+  ROUND(AVG(num_events), 2) AS mean_events_per_stay
 FROM events
 GROUP BY unit_type
 ORDER BY unit_type;

@@ -1,11 +1,11 @@
 SELECT
-  APPROX_QUANTILES(DATETIME_DIFF(a.dischtime, a.admittime, HOUR) / 24.0, 100)[OFFSET(50)] AS los_days_median
+  APPROX_QUANTILES(DATETIME_DIFF(a.dischtime, a.admittime, HOUR) / 24.0, 100)[OFFSET(90)] AS los_days_p90
 FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
   ON p.subject_id = a.subject_id
 JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
   ON a.hadm_id = d.hadm_id
 WHERE p.gender = 'M'
-  AND p.anchor_age BETWEEN 56 AND 66
+  AND p.anchor_age BETWEEN 74 AND 84
   AND d.seq_num <= 3
-  AND ((d.icd_version = 9 AND (d.icd_code LIKE '414%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I25%')));
+  AND ((d.icd_version = 9 AND (d.icd_code LIKE '285%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'D64%')));

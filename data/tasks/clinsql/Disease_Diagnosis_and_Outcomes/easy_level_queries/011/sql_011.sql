@@ -5,7 +5,11 @@ JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
   ON p.subject_id = a.subject_id
 JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
   ON a.hadm_id = d.hadm_id
-WHERE p.gender = 'M'
-  AND p.anchor_age BETWEEN 67 AND 77
+WHERE p.gender = 'F'
+  AND p.anchor_age BETWEEN 52 AND 62
+  AND EXISTS (
+    SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+    WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+  )
   AND d.seq_num <= 3
-  AND ((d.icd_version = 9 AND (d.icd_code LIKE '428%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I50%')));
+  AND ((d.icd_version = 9 AND (d.icd_code LIKE '42731%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I48%')));

@@ -1,11 +1,11 @@
 SELECT
-  APPROX_QUANTILES(DATETIME_DIFF(a.dischtime, a.admittime, HOUR) / 24.0, 100)[OFFSET(25)] AS los_days_p25
+  APPROX_QUANTILES(DATETIME_DIFF(a.dischtime, a.admittime, HOUR) / 24.0, 100)[OFFSET(90)] AS los_days_p90
 FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
   ON p.subject_id = a.subject_id
 JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
   ON a.hadm_id = d.hadm_id
 WHERE p.gender = 'M'
-  AND p.anchor_age BETWEEN 78 AND 88
+  AND p.anchor_age BETWEEN 69 AND 79
   AND d.seq_num <= 3
-  AND ((d.icd_version = 9 AND (d.icd_code LIKE '038%' OR d.icd_code LIKE '99591%' OR d.icd_code LIKE '99592%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'A40%' OR d.icd_code LIKE 'A41%' OR d.icd_code LIKE 'R652%')));
+  AND ((d.icd_version = 9 AND (d.icd_code LIKE '401%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I10%')));

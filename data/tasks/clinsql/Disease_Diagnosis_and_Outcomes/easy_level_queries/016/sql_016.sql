@@ -1,11 +1,11 @@
 SELECT
-  APPROX_QUANTILES(DATETIME_DIFF(a.dischtime, a.admittime, HOUR) / 24.0, 100)[OFFSET(25)] AS los_days_p25
+  APPROX_QUANTILES(DATETIME_DIFF(a.dischtime, a.admittime, HOUR) / 24.0, 100)[OFFSET(75)] AS los_days_p75
 FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
   ON p.subject_id = a.subject_id
 JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
   ON a.hadm_id = d.hadm_id
-WHERE p.gender = 'M'
-  AND p.anchor_age BETWEEN 51 AND 61
+WHERE p.gender = 'F'
+  AND p.anchor_age BETWEEN 50 AND 60
   AND d.seq_num <= 3
-  AND ((d.icd_version = 9 AND (d.icd_code LIKE '584%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'N17%')));
+  AND ((d.icd_version = 9 AND (d.icd_code LIKE '414%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I25%')));

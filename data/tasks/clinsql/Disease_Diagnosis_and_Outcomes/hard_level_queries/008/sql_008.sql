@@ -5,9 +5,13 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 53 AND 63
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '584%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'N17%')))
+  WHERE p.gender = 'F'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 64 AND 74
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '038%' OR d.icd_code LIKE '99591%' OR d.icd_code LIKE '99592%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'A40%' OR d.icd_code LIKE 'A41%' OR d.icd_code LIKE 'R652%')))
 ),
 scored AS (
   SELECT
@@ -25,7 +29,7 @@ SELECT
   burden,
   COUNT(*) AS num_admissions,
   ROUND(AVG(charlson_comorbidity_index), 2) AS mean_charlson,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days
 FROM scored
 GROUP BY burden

@@ -6,8 +6,12 @@ WITH cohort AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
   WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 60 AND 70
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '414%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I25%')))
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 67 AND 77
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '585%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'N18%')))
 ),
 scored AS (
   SELECT
@@ -25,7 +29,7 @@ SELECT
   burden,
   COUNT(*) AS num_admissions,
   ROUND(AVG(charlson_comorbidity_index), 2) AS mean_charlson,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days
 FROM scored
 GROUP BY burden

@@ -9,7 +9,11 @@ WITH cohort AS (
     ON a.hadm_id = d.hadm_id
   WHERE p.gender = 'M'
     AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 59 AND 69
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '250%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'E10%' OR d.icd_code LIKE 'E11%')))
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '410%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I21%')))
 )
 SELECT
   IF(had_icu, 'ICU', 'no ICU') AS icu_group,

@@ -7,9 +7,9 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 61 AND 71
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '42731%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I48%')))
+  WHERE p.gender = 'F'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 43 AND 53
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '414%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I25%')))
 )
 SELECT
   IF(had_icu, 'ICU', 'no ICU') AS icu_group,

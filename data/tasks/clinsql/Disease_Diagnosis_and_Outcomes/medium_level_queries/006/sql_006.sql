@@ -7,9 +7,13 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 66 AND 76
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '401%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I10%')))
+  WHERE p.gender = 'F'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 40 AND 50
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '584%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'N17%')))
 )
 SELECT
   IF(had_icu, 'ICU', 'no ICU') AS icu_group,

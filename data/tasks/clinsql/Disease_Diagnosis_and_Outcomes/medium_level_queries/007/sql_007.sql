@@ -8,8 +8,12 @@ WITH cohort AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
   WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 69 AND 79
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '410%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I21%')))
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 77 AND 87
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '480%' OR d.icd_code LIKE '481%' OR d.icd_code LIKE '482%' OR d.icd_code LIKE '483%' OR d.icd_code LIKE '484%' OR d.icd_code LIKE '485%' OR d.icd_code LIKE '486%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'J12%' OR d.icd_code LIKE 'J13%' OR d.icd_code LIKE 'J14%' OR d.icd_code LIKE 'J15%' OR d.icd_code LIKE 'J16%' OR d.icd_code LIKE 'J17%' OR d.icd_code LIKE 'J18%')))
 )
 SELECT
   IF(had_icu, 'ICU', 'no ICU') AS icu_group,

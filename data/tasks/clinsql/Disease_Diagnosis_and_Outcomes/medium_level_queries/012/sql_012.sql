@@ -7,8 +7,8 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 72 AND 82
+  WHERE p.gender = 'M'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 77 AND 87
     AND ((d.icd_version = 9 AND (d.icd_code LIKE '414%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I25%')))
 )
 SELECT

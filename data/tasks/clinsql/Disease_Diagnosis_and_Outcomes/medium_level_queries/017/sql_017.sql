@@ -8,8 +8,12 @@ WITH cohort AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
   WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 53 AND 63
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '410%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I21%')))
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 40 AND 50
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '585%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'N18%')))
 )
 SELECT
   IF(had_icu, 'ICU', 'no ICU') AS icu_group,

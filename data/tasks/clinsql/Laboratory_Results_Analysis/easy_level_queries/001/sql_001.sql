@@ -8,11 +8,15 @@ WITH first_labs AS (
     ON p.subject_id = le.subject_id
   WHERE p.gender = 'M'
     AND p.anchor_age BETWEEN 56 AND 66
-    AND le.itemid = 51222
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND le.itemid = 50983
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_hemoglobin_median
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_sodium_median
 FROM first_labs
 WHERE rn = 1;

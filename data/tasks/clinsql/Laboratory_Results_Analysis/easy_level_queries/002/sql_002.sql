@@ -6,13 +6,17 @@ WITH first_labs AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON p.subject_id = le.subject_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 43 AND 53
-    AND le.itemid = 51265
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 60 AND 70
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
+    AND le.itemid = 50983
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_platelet_count_median
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_sodium_median
 FROM first_labs
 WHERE rn = 1;

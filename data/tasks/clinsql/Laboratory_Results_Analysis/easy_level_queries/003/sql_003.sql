@@ -7,12 +7,16 @@ WITH first_labs AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON p.subject_id = le.subject_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 42 AND 52
-    AND le.itemid = 50971
+    AND p.anchor_age BETWEEN 56 AND 66
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND le.itemid = 51222
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(25)] AS first_potassium_p25
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_hemoglobin_p90
 FROM first_labs
 WHERE rn = 1;

@@ -6,13 +6,13 @@ WITH first_labs AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON p.subject_id = le.subject_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 53 AND 63
-    AND le.itemid = 50960
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 46 AND 56
+    AND le.itemid = 50882
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(25)] AS first_magnesium_p25
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(75)] AS first_bicarbonate_p75
 FROM first_labs
 WHERE rn = 1;

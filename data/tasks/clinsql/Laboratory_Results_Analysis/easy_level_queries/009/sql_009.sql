@@ -7,12 +7,16 @@ WITH first_labs AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON p.subject_id = le.subject_id
   WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 72 AND 82
-    AND le.itemid = 51222
+    AND p.anchor_age BETWEEN 66 AND 76
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND le.itemid = 50931
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_hemoglobin_median
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_glucose_p90
 FROM first_labs
 WHERE rn = 1;

@@ -6,13 +6,17 @@ WITH first_labs AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON p.subject_id = le.subject_id
-  WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 66 AND 76
+  WHERE p.gender = 'M'
+    AND p.anchor_age BETWEEN 49 AND 59
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
     AND le.itemid = 51222
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(25)] AS first_hemoglobin_p25
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(75)] AS first_hemoglobin_p75
 FROM first_labs
 WHERE rn = 1;

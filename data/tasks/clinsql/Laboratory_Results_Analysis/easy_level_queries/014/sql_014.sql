@@ -7,12 +7,16 @@ WITH first_labs AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON p.subject_id = le.subject_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 48 AND 58
-    AND le.itemid = 51222
+    AND p.anchor_age BETWEEN 76 AND 86
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
+    AND le.itemid = 50960
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(75)] AS first_hemoglobin_p75
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_magnesium_median
 FROM first_labs
 WHERE rn = 1;

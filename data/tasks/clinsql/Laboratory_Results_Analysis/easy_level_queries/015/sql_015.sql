@@ -6,13 +6,17 @@ WITH first_labs AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON p.subject_id = le.subject_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 46 AND 56
-    AND le.itemid = 51006
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 51 AND 61
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
+    AND le.itemid = 51003
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_urea_nitrogen_p90
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_troponin_t_p90
 FROM first_labs
 WHERE rn = 1;

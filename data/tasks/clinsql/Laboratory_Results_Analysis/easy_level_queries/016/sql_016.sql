@@ -7,12 +7,12 @@ WITH first_labs AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON p.subject_id = le.subject_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 72 AND 82
-    AND le.itemid = 51301
+    AND p.anchor_age BETWEEN 70 AND 80
+    AND le.itemid = 50912
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_white_blood_cell_count_p90
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(75)] AS first_creatinine_p75
 FROM first_labs
 WHERE rn = 1;

@@ -6,13 +6,13 @@ WITH first_labs AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON p.subject_id = le.subject_id
-  WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 48 AND 58
-    AND le.itemid = 50882
+  WHERE p.gender = 'M'
+    AND p.anchor_age BETWEEN 44 AND 54
+    AND le.itemid = 51222
     AND le.valuenum IS NOT NULL
     AND le.hadm_id IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_bicarbonate_median
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(75)] AS first_hemoglobin_p75
 FROM first_labs
 WHERE rn = 1;

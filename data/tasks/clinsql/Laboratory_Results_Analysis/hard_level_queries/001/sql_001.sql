@@ -7,7 +7,11 @@ WITH cohort AS (
     ON a.hadm_id = d.hadm_id
   WHERE p.gender = 'M'
     AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 59 AND 69
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '250%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'E10%' OR d.icd_code LIKE 'E11%')))
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '584%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'N17%')))
 ),
 instability AS (
   SELECT
@@ -16,7 +20,7 @@ instability AS (
   FROM cohort AS c
   LEFT JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON c.hadm_id = le.hadm_id
-    AND le.charttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 24 HOUR)
+    AND le.charttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 48 HOUR)
   GROUP BY c.hadm_id, c.admittime, c.dischtime, c.hospital_expire_flag
 ),
 ranked AS (
@@ -27,7 +31,7 @@ SELECT
   IF(quartile = 4, 'top quartile', 'lower three quartiles') AS instability_group,
   COUNT(*) AS num_admissions,
   ROUND(AVG(abnormal_results), 2) AS mean_abnormal_results,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days
 FROM ranked
 GROUP BY instability_group

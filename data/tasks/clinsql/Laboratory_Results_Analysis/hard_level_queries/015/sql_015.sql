@@ -5,9 +5,13 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 40 AND 50
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '480%' OR d.icd_code LIKE '481%' OR d.icd_code LIKE '482%' OR d.icd_code LIKE '483%' OR d.icd_code LIKE '484%' OR d.icd_code LIKE '485%' OR d.icd_code LIKE '486%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'J12%' OR d.icd_code LIKE 'J13%' OR d.icd_code LIKE 'J14%' OR d.icd_code LIKE 'J15%' OR d.icd_code LIKE 'J16%' OR d.icd_code LIKE 'J17%' OR d.icd_code LIKE 'J18%')))
+  WHERE p.gender = 'F'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 66 AND 76
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '410%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I21%')))
 ),
 instability AS (
   SELECT
@@ -16,7 +20,7 @@ instability AS (
   FROM cohort AS c
   LEFT JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON c.hadm_id = le.hadm_id
-    AND le.charttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 72 HOUR)
+    AND le.charttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 48 HOUR)
   GROUP BY c.hadm_id, c.admittime, c.dischtime, c.hospital_expire_flag
 ),
 ranked AS (
@@ -27,7 +31,7 @@ SELECT
   IF(quartile = 4, 'top quartile', 'lower three quartiles') AS instability_group,
   COUNT(*) AS num_admissions,
   ROUND(AVG(abnormal_results), 2) AS mean_abnormal_results,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days
 FROM ranked
 GROUP BY instability_group

@@ -5,9 +5,13 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 67 AND 77
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '401%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I10%')))
+  WHERE p.gender = 'M'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 54 AND 64
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '42731%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I48%')))
 ),
 initial AS (
   SELECT
@@ -16,7 +20,7 @@ initial AS (
   FROM cohort AS c
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON c.hadm_id = le.hadm_id
-  WHERE le.itemid = 50882
+  WHERE le.itemid = 51265
     AND le.valuenum IS NOT NULL
 )
 SELECT

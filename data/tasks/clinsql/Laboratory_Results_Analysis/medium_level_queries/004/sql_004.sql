@@ -7,7 +7,11 @@ WITH cohort AS (
     ON a.hadm_id = d.hadm_id
   WHERE p.gender = 'F'
     AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 75 AND 85
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '585%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'N18%')))
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '584%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'N17%')))
 ),
 initial AS (
   SELECT

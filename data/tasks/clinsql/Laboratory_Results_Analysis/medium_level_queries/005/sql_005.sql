@@ -5,8 +5,12 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 78 AND 88
+  WHERE p.gender = 'M'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 55 AND 65
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
     AND ((d.icd_version = 9 AND (d.icd_code LIKE '285%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'D64%')))
 ),
 initial AS (
@@ -16,7 +20,7 @@ initial AS (
   FROM cohort AS c
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON c.hadm_id = le.hadm_id
-  WHERE le.itemid = 50983
+  WHERE le.itemid = 51301
     AND le.valuenum IS NOT NULL
 )
 SELECT

@@ -6,8 +6,12 @@ WITH cohort AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
   WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 41 AND 51
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '491%' OR d.icd_code LIKE '492%' OR d.icd_code LIKE '496%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'J44%')))
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 64 AND 74
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '42731%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I48%')))
 ),
 initial AS (
   SELECT
@@ -16,7 +20,7 @@ initial AS (
   FROM cohort AS c
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON c.hadm_id = le.hadm_id
-  WHERE le.itemid = 50912
+  WHERE le.itemid = 50971
     AND le.valuenum IS NOT NULL
 )
 SELECT

@@ -5,9 +5,13 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
-  WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 65 AND 75
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '585%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'N18%')))
+  WHERE p.gender = 'F'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 62 AND 72
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '480%' OR d.icd_code LIKE '481%' OR d.icd_code LIKE '482%' OR d.icd_code LIKE '483%' OR d.icd_code LIKE '484%' OR d.icd_code LIKE '485%' OR d.icd_code LIKE '486%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'J12%' OR d.icd_code LIKE 'J13%' OR d.icd_code LIKE 'J14%' OR d.icd_code LIKE 'J15%' OR d.icd_code LIKE 'J16%' OR d.icd_code LIKE 'J17%' OR d.icd_code LIKE 'J18%')))
 ),
 initial AS (
   SELECT
@@ -16,7 +20,7 @@ initial AS (
   FROM cohort AS c
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON c.hadm_id = le.hadm_id
-  WHERE le.itemid = 50971
+  WHERE le.itemid = 51222
     AND le.valuenum IS NOT NULL
 )
 SELECT

@@ -6,8 +6,12 @@ WITH cohort AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
     ON a.hadm_id = d.hadm_id
   WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 42 AND 52
-    AND ((d.icd_version = 9 AND (d.icd_code LIKE '250%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'E10%' OR d.icd_code LIKE 'E11%')))
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 73 AND 83
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ((d.icd_version = 9 AND (d.icd_code LIKE '401%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I10%')))
 ),
 initial AS (
   SELECT
@@ -16,7 +20,7 @@ initial AS (
   FROM cohort AS c
   JOIN `physionet-data.mimiciv_3_1_hosp.labevents` AS le
     ON c.hadm_id = le.hadm_id
-  WHERE le.itemid = 50912
+  WHERE le.itemid = 50983
     AND le.valuenum IS NOT NULL
 )
 SELECT

@@ -3,7 +3,11 @@ SELECT
 FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
   ON p.subject_id = rx.subject_id
-WHERE p.gender = 'M'
-  AND p.anchor_age BETWEEN 49 AND 59
-  AND LOWER(rx.drug) LIKE '%lisinopril%'
+WHERE p.gender = 'F'
+  AND p.anchor_age BETWEEN 44 AND 54
+  AND EXISTS (
+    SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+    WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+  )
+  AND LOWER(rx.drug) LIKE '%metoprolol%'
   AND rx.stoptime > rx.starttime;

@@ -4,6 +4,10 @@ FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
   ON p.subject_id = rx.subject_id
 WHERE p.gender = 'F'
-  AND p.anchor_age BETWEEN 57 AND 67
-  AND LOWER(rx.drug) LIKE '%heparin%'
+  AND p.anchor_age BETWEEN 80 AND 90
+  AND EXISTS (
+    SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+    WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+  )
+  AND LOWER(rx.drug) LIKE '%atorvastatin%'
   AND rx.stoptime > rx.starttime;

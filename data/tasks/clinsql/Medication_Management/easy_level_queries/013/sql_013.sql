@@ -1,9 +1,13 @@
 SELECT
-  APPROX_QUANTILES(DATETIME_DIFF(rx.stoptime, rx.starttime, HOUR) / 24.0, 100)[OFFSET(90)] AS duration_days_p90
+  APPROX_QUANTILES(DATETIME_DIFF(rx.stoptime, rx.starttime, HOUR) / 24.0, 100)[OFFSET(75)] AS duration_days_p75
 FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
   ON p.subject_id = rx.subject_id
-WHERE p.gender = 'M'
-  AND p.anchor_age BETWEEN 79 AND 89
-  AND LOWER(rx.drug) LIKE '%heparin%'
+WHERE p.gender = 'F'
+  AND p.anchor_age BETWEEN 60 AND 70
+  AND EXISTS (
+    SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+    WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+  )
+  AND LOWER(rx.drug) LIKE '%aspirin%'
   AND rx.stoptime > rx.starttime;

@@ -1,9 +1,13 @@
 SELECT
-  APPROX_QUANTILES(DATETIME_DIFF(rx.stoptime, rx.starttime, HOUR) / 24.0, 100)[OFFSET(90)] AS duration_days_p90
+  APPROX_QUANTILES(DATETIME_DIFF(rx.stoptime, rx.starttime, HOUR) / 24.0, 100)[OFFSET(25)] AS duration_days_p25
 FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
   ON p.subject_id = rx.subject_id
-WHERE p.gender = 'M'
-  AND p.anchor_age BETWEEN 51 AND 61
-  AND LOWER(rx.drug) LIKE '%metformin%'
+WHERE p.gender = 'F'
+  AND p.anchor_age BETWEEN 54 AND 64
+  AND EXISTS (
+    SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+    WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+  )
+  AND LOWER(rx.drug) LIKE '%aspirin%'
   AND rx.stoptime > rx.starttime;

@@ -7,6 +7,10 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   WHERE p.gender = 'M'
     AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 75 AND 85
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
 ),
 complexity AS (
   SELECT
@@ -27,9 +31,10 @@ SELECT
   COUNT(*) AS num_admissions,
   ROUND(AVG(distinct_drugs), 2) AS mean_distinct_drugs,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
-  ROUND(COUNTIF(next_admittime IS NOT NULL AND DATETIME_DIFF(next_admittime, dischtime, DAY) <= 30) / COUNT(*), 4)
-    AS readmission_30d_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
+  ROUND(100 * COUNTIF(next_admittime IS NOT NULL AND DATETIME_DIFF(next_admittime, dischtime, DAY) <= 30) / COUNT(*), 2)
+    AS readmission_30d_pct,
+  APPROX_QUANTILES(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0, 100)[OFFSET(50)] AS median_los_days
 FROM ranked
 GROUP BY quintile
 ORDER BY quintile;

@@ -6,7 +6,7 @@ WITH cohort AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON p.subject_id = a.subject_id
   WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 45 AND 55
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 64 AND 74
 ),
 complexity AS (
   SELECT
@@ -15,21 +15,21 @@ complexity AS (
   FROM cohort AS c
   LEFT JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
     ON c.hadm_id = rx.hadm_id
-    AND rx.starttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 72 HOUR)
+    AND rx.starttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 48 HOUR)
   GROUP BY c.hadm_id, c.admittime, c.dischtime, c.hospital_expire_flag, c.next_admittime
 ),
 ranked AS (
-  SELECT *, NTILE(4) OVER (ORDER BY distinct_drugs, hadm_id) AS quartile
+  SELECT *, NTILE(5) OVER (ORDER BY distinct_drugs, hadm_id) AS quintile
   FROM complexity
 )
 SELECT
-  quartile,
+  quintile,
   COUNT(*) AS num_admissions,
   ROUND(AVG(distinct_drugs), 2) AS mean_distinct_drugs,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
-  ROUND(COUNTIF(next_admittime IS NOT NULL AND DATETIME_DIFF(next_admittime, dischtime, DAY) <= 30) / COUNT(*), 4)
-    AS readmission_30d_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
+  ROUND(100 * COUNTIF(next_admittime IS NOT NULL AND DATETIME_DIFF(next_admittime, dischtime, DAY) <= 30) / COUNT(*), 2)
+    AS readmission_30d_pct
 FROM ranked
-GROUP BY quartile
-ORDER BY quartile;
+GROUP BY quintile
+ORDER BY quintile;

@@ -10,6 +10,10 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   WHERE p.gender = 'F'
     AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 67 AND 77
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
 ),
 exposure AS (
   SELECT
@@ -18,7 +22,7 @@ exposure AS (
   FROM cohort AS c
   LEFT JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
     ON c.hadm_id = rx.hadm_id
-    AND LOWER(rx.drug) LIKE '%pantoprazole%'
+    AND LOWER(rx.drug) LIKE '%famotidine%'
   GROUP BY c.hadm_id, c.has_condition
 )
 SELECT

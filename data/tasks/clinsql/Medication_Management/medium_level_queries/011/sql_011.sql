@@ -8,17 +8,21 @@ WITH cohort AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON p.subject_id = a.subject_id
-  WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 41 AND 51
+  WHERE p.gender = 'F'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 74 AND 84
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
 ),
 exposure AS (
   SELECT
     c.hadm_id, c.has_condition,
-    COUNTIF(rx.starttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 24 HOUR)) > 0 AS exposed
+    COUNTIF(rx.starttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 48 HOUR)) > 0 AS exposed
   FROM cohort AS c
   LEFT JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
     ON c.hadm_id = rx.hadm_id
-    AND LOWER(rx.drug) LIKE '%warfarin%'
+    AND LOWER(rx.drug) LIKE '%atorvastatin%'
   GROUP BY c.hadm_id, c.has_condition
 )
 SELECT

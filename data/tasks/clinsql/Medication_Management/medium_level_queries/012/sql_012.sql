@@ -3,26 +3,30 @@ WITH cohort AS (
     a.hadm_id, a.admittime,
     EXISTS (
       SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
-      WHERE d.hadm_id = a.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '414%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I25%')))
+      WHERE d.hadm_id = a.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '491%' OR d.icd_code LIKE '492%' OR d.icd_code LIKE '496%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'J44%')))
     ) AS has_condition
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON p.subject_id = a.subject_id
-  WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 56 AND 66
+  WHERE p.gender = 'F'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 52 AND 62
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
 ),
 exposure AS (
   SELECT
     c.hadm_id, c.has_condition,
-    COUNTIF(rx.starttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 24 HOUR)) > 0 AS exposed
+    COUNTIF(rx.starttime BETWEEN c.admittime AND DATETIME_ADD(c.admittime, INTERVAL 48 HOUR)) > 0 AS exposed
   FROM cohort AS c
   LEFT JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
     ON c.hadm_id = rx.hadm_id
-    AND LOWER(rx.drug) LIKE '%acetaminophen%'
+    AND LOWER(rx.drug) LIKE '%lisinopril%'
   GROUP BY c.hadm_id, c.has_condition
 )
 SELECT
-  IF(has_condition, 'with coronary artery disease', 'without coronary artery disease') AS cohort,
+  IF(has_condition, 'with COPD', 'without COPD') AS cohort,
   COUNT(*) AS num_admissions,
   ROUND(100 * COUNTIF(exposed) / COUNT(*), 2) AS pct_with_drug
 FROM exposure

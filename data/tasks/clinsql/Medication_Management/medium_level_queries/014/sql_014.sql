@@ -3,13 +3,13 @@ WITH cohort AS (
     a.hadm_id, a.admittime,
     EXISTS (
       SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
-      WHERE d.hadm_id = a.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '428%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I50%')))
+      WHERE d.hadm_id = a.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '491%' OR d.icd_code LIKE '492%' OR d.icd_code LIKE '496%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'J44%')))
     ) AS has_condition
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON p.subject_id = a.subject_id
-  WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 58 AND 68
+  WHERE p.gender = 'M'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 42 AND 52
 ),
 exposure AS (
   SELECT
@@ -18,11 +18,11 @@ exposure AS (
   FROM cohort AS c
   LEFT JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
     ON c.hadm_id = rx.hadm_id
-    AND LOWER(rx.drug) LIKE '%warfarin%'
+    AND LOWER(rx.drug) LIKE '%metoprolol%'
   GROUP BY c.hadm_id, c.has_condition
 )
 SELECT
-  IF(has_condition, 'with heart failure', 'without heart failure') AS cohort,
+  IF(has_condition, 'with COPD', 'without COPD') AS cohort,
   COUNT(*) AS num_admissions,
   ROUND(100 * COUNTIF(exposed) / COUNT(*), 2) AS pct_with_drug
 FROM exposure

@@ -3,13 +3,17 @@ WITH cohort AS (
     a.hadm_id, a.admittime,
     EXISTS (
       SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
-      WHERE d.hadm_id = a.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '42731%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I48%')))
+      WHERE d.hadm_id = a.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '038%' OR d.icd_code LIKE '99591%' OR d.icd_code LIKE '99592%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'A40%' OR d.icd_code LIKE 'A41%' OR d.icd_code LIKE 'R652%')))
     ) AS has_condition
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON p.subject_id = a.subject_id
   WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 75 AND 85
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 41 AND 51
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
 ),
 exposure AS (
   SELECT
@@ -18,11 +22,11 @@ exposure AS (
   FROM cohort AS c
   LEFT JOIN `physionet-data.mimiciv_3_1_hosp.prescriptions` AS rx
     ON c.hadm_id = rx.hadm_id
-    AND LOWER(rx.drug) LIKE '%metformin%'
+    AND LOWER(rx.drug) LIKE '%aspirin%'
   GROUP BY c.hadm_id, c.has_condition
 )
 SELECT
-  IF(has_condition, 'with atrial fibrillation', 'without atrial fibrillation') AS cohort,
+  IF(has_condition, 'with sepsis', 'without sepsis') AS cohort,
   COUNT(*) AS num_admissions,
   ROUND(100 * COUNTIF(exposed) / COUNT(*), 2) AS pct_with_drug
 FROM exposure

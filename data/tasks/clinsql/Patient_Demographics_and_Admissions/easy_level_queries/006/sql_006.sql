@@ -1,8 +1,12 @@
 SELECT
-  APPROX_QUANTILES(DATETIME_DIFF(a.dischtime, a.admittime, HOUR) / 24.0, 100)[OFFSET(25)] AS p25_los_days
+  APPROX_QUANTILES(DATETIME_DIFF(a.dischtime, a.admittime, HOUR) / 24.0, 100)[OFFSET(75)] AS p75_los_days
 FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
   ON p.subject_id = a.subject_id
 WHERE p.gender = 'F'
-  AND p.anchor_age BETWEEN 45 AND 55
-  AND a.admission_type IN ('SURGICAL SAME DAY ADMISSION');
+  AND p.anchor_age BETWEEN 47 AND 57
+  AND EXISTS (
+    SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+    WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+  )
+  AND a.admission_type IN ('EU OBSERVATION', 'OBSERVATION ADMIT', 'DIRECT OBSERVATION', 'AMBULATORY OBSERVATION');

@@ -4,5 +4,5 @@ FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
   ON p.subject_id = a.subject_id
 WHERE p.gender = 'F'
-  AND p.anchor_age BETWEEN 48 AND 58
+  AND p.anchor_age BETWEEN 67 AND 77
   AND a.admission_type IN ('SURGICAL SAME DAY ADMISSION');

@@ -3,6 +3,10 @@ SELECT
 FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
   ON p.subject_id = a.subject_id
-WHERE p.gender = 'M'
-  AND p.anchor_age BETWEEN 49 AND 59
-  AND a.admission_type IN ('URGENT');
+WHERE p.gender = 'F'
+  AND p.anchor_age BETWEEN 57 AND 67
+  AND EXISTS (
+    SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+    WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+  )
+  AND a.admission_type IN ('SURGICAL SAME DAY ADMISSION');

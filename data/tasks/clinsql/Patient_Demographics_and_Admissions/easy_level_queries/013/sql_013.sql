@@ -4,5 +4,9 @@ FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
   ON p.subject_id = a.subject_id
 WHERE p.gender = 'F'
-  AND p.anchor_age BETWEEN 59 AND 69
-  AND a.admission_type IN ('EU OBSERVATION', 'OBSERVATION ADMIT', 'DIRECT OBSERVATION', 'AMBULATORY OBSERVATION');
+  AND p.anchor_age BETWEEN 53 AND 63
+  AND EXISTS (
+    SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+    WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+  )
+  AND a.admission_type IN ('URGENT');

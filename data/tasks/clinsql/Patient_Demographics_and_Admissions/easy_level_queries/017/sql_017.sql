@@ -4,5 +4,9 @@ FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
 JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
   ON p.subject_id = a.subject_id
 WHERE p.gender = 'F'
-  AND p.anchor_age BETWEEN 78 AND 88
+  AND p.anchor_age BETWEEN 51 AND 61
+  AND EXISTS (
+    SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+    WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+  )
   AND a.admission_type IN ('EW EMER.', 'DIRECT EMER.');

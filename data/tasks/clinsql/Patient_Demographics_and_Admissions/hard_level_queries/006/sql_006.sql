@@ -6,26 +6,30 @@ WITH admissions_aged AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON p.subject_id = a.subject_id
-  WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 57 AND 67
+  WHERE p.gender = 'M'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 71 AND 81
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
 ),
 flagged AS (
   SELECT
     x.*,
     EXISTS (
       SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.diagnoses_icd` AS d
-      WHERE d.hadm_id = x.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '285%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'D64%')))
+      WHERE d.hadm_id = x.hadm_id AND ((d.icd_version = 9 AND (d.icd_code LIKE '414%')) OR (d.icd_version = 10 AND (d.icd_code LIKE 'I25%')))
     ) AS has_condition
   FROM admissions_aged AS x
   WHERE x.admission_order = 1
 )
 SELECT
-  IF(has_condition, 'anemia', 'all other index admissions') AS cohort,
+  IF(has_condition, 'coronary artery disease', 'all other index admissions') AS cohort,
   COUNT(*) AS num_patients,
   ROUND(AVG(DATETIME_DIFF(dischtime, admittime, HOUR) / 24.0), 2) AS mean_los_days,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate,
-  ROUND(COUNTIF(next_admittime IS NOT NULL AND DATETIME_DIFF(next_admittime, dischtime, DAY) <= 30) / COUNT(*), 4)
-    AS readmission_30d_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
+  ROUND(100 * COUNTIF(next_admittime IS NOT NULL AND DATETIME_DIFF(next_admittime, dischtime, DAY) <= 30) / COUNT(*), 2)
+    AS readmission_30d_pct
 FROM flagged
 GROUP BY cohort
 ORDER BY cohort;

@@ -12,6 +12,10 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   WHERE p.gender = 'F'
     AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 74 AND 84
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
     AND a.insurance = 'Other'
 )
 SELECT

@@ -11,7 +11,11 @@ WITH cohort AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON p.subject_id = a.subject_id
   WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 45 AND 55
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 44 AND 54
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
     AND a.insurance = 'Other'
 )
 SELECT

@@ -10,8 +10,12 @@ WITH cohort AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON p.subject_id = a.subject_id
-  WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 42 AND 52
+  WHERE p.gender = 'M'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 55 AND 65
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
     AND a.insurance = 'Medicare'
 )
 SELECT
@@ -19,7 +23,8 @@ SELECT
   COUNT(*) AS num_admissions,
   ROUND(AVG(los_days), 2) AS mean_los_days,
   APPROX_QUANTILES(los_days, 4)[OFFSET(2)] AS median_los_days,
-  ROUND(100 * COUNTIF(los_days <= 10) / COUNT(*), 2) AS pct_los_le_10_days
+  ROUND(100 * COUNTIF(los_days <= 10) / COUNT(*), 2) AS pct_los_le_10_days,
+  APPROX_QUANTILES(los_days, 100)[OFFSET(90)] AS p90_los_days
 FROM cohort
 GROUP BY disposition
 ORDER BY disposition;

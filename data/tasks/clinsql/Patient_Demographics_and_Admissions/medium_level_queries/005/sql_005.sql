@@ -11,8 +11,12 @@ WITH cohort AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON p.subject_id = a.subject_id
   WHERE p.gender = 'F'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 40 AND 50
-    AND a.insurance = 'Medicaid'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 77 AND 87
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
+    AND a.insurance = 'Medicare'
 )
 SELECT
   disposition,

@@ -11,8 +11,8 @@ WITH cohort AS (
   JOIN `physionet-data.mimiciv_3_1_hosp.admissions` AS a
     ON p.subject_id = a.subject_id
   WHERE p.gender = 'M'
-    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 80 AND 90
-    AND a.insurance = 'Medicaid'
+    AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 77 AND 87
+    AND a.insurance = 'Other'
 )
 SELECT
   disposition,

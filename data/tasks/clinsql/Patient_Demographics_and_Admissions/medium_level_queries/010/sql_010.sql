@@ -12,7 +12,7 @@ WITH cohort AS (
     ON p.subject_id = a.subject_id
   WHERE p.gender = 'M'
     AND (p.anchor_age + EXTRACT(YEAR FROM a.admittime) - p.anchor_year) BETWEEN 80 AND 90
-    AND a.insurance = 'Other'
+    AND a.insurance = 'Medicaid'
 )
 SELECT
   disposition,

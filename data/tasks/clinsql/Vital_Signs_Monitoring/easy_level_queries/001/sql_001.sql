@@ -10,10 +10,10 @@ WITH first_values AS (
     ON i.stay_id = ce.stay_id
   WHERE p.gender = 'M'
     AND p.anchor_age BETWEEN 62 AND 72
-    AND ce.itemid = 220045
+    AND ce.itemid = 220181
     AND ce.valuenum IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_value_p90
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(25)] AS first_value_p25
 FROM first_values
 WHERE rn = 1;

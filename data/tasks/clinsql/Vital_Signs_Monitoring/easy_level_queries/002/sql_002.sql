@@ -8,12 +8,16 @@ WITH first_values AS (
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 63 AND 73
-    AND ce.itemid = 220179
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 51 AND 61
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ce.itemid = 220277
     AND ce.valuenum IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_value_median
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(25)] AS first_value_p25
 FROM first_values
 WHERE rn = 1;

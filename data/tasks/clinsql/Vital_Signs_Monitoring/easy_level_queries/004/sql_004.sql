@@ -9,11 +9,15 @@ WITH first_values AS (
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 74 AND 84
+    AND p.anchor_age BETWEEN 62 AND 72
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
     AND ce.itemid = 220277
     AND ce.valuenum IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_value_median
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(25)] AS first_value_p25
 FROM first_values
 WHERE rn = 1;

@@ -8,12 +8,16 @@ WITH first_values AS (
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 62 AND 72
-    AND ce.itemid = 220210
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 80 AND 90
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ce.itemid = 220179
     AND ce.valuenum IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(25)] AS first_value_p25
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_value_p90
 FROM first_values
 WHERE rn = 1;

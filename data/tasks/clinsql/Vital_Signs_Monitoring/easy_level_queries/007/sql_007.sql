@@ -8,12 +8,16 @@ WITH first_values AS (
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 80 AND 90
-    AND ce.itemid = 220277
+  WHERE p.gender = 'M'
+    AND p.anchor_age BETWEEN 78 AND 88
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
+    AND ce.itemid = 220179
     AND ce.valuenum IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_value_p90
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_value_median
 FROM first_values
 WHERE rn = 1;

@@ -8,12 +8,12 @@ WITH first_values AS (
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 77 AND 87
-    AND ce.itemid = 220181
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 70 AND 80
+    AND ce.itemid = 220045
     AND ce.valuenum IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_value_median
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(25)] AS first_value_p25
 FROM first_values
 WHERE rn = 1;

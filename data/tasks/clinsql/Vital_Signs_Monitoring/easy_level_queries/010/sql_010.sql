@@ -8,12 +8,12 @@ WITH first_values AS (
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 45 AND 55
-    AND ce.itemid = 220045
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 75 AND 85
+    AND ce.itemid = 220181
     AND ce.valuenum IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(75)] AS first_value_p75
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_value_p90
 FROM first_values
 WHERE rn = 1;

@@ -9,11 +9,11 @@ WITH first_values AS (
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
   WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 51 AND 61
-    AND ce.itemid = 223762
+    AND p.anchor_age BETWEEN 77 AND 87
+    AND ce.itemid = 220181
     AND ce.valuenum IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_value_p90
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(75)] AS first_value_p75
 FROM first_values
 WHERE rn = 1;

@@ -8,8 +8,12 @@ WITH first_values AS (
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 73 AND 83
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 64 AND 74
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
     AND ce.itemid = 220181
     AND ce.valuenum IS NOT NULL
 )

@@ -9,11 +9,15 @@ WITH first_values AS (
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 40 AND 50
-    AND ce.itemid = 220181
+    AND p.anchor_age BETWEEN 59 AND 69
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
+    AND ce.itemid = 220277
     AND ce.valuenum IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(50)] AS first_value_median
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(75)] AS first_value_p75
 FROM first_values
 WHERE rn = 1;

@@ -8,9 +8,13 @@ WITH first_values AS (
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 51 AND 61
-    AND ce.itemid = 220179
+  WHERE p.gender = 'M'
+    AND p.anchor_age BETWEEN 54 AND 64
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_location IN ('EMERGENCY ROOM')
+    )
+    AND ce.itemid = 220210
     AND ce.valuenum IS NOT NULL
 )
 SELECT

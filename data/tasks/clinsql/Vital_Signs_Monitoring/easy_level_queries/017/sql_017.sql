@@ -9,11 +9,15 @@ WITH first_values AS (
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
   WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 58 AND 68
-    AND ce.itemid = 220179
+    AND p.anchor_age BETWEEN 41 AND 51
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
+    AND ce.itemid = 223762
     AND ce.valuenum IS NOT NULL
 )
 SELECT
-  APPROX_QUANTILES(valuenum, 100)[OFFSET(90)] AS first_value_p90
+  APPROX_QUANTILES(valuenum, 100)[OFFSET(25)] AS first_value_p25
 FROM first_values
 WHERE rn = 1;

@@ -5,17 +5,21 @@ WITH first_stays AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
     ON p.subject_id = i.subject_id
-  WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 68 AND 78
+  WHERE p.gender = 'M'
+    AND p.anchor_age BETWEEN 52 AND 62
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
 ),
 episodes AS (
   SELECT
     s.stay_id, s.hadm_id, s.los,
-    COUNTIF(ce.valuenum < 92) AS abnormal_episodes
+    COUNTIF(ce.valuenum > 140) AS abnormal_episodes
   FROM first_stays AS s
   LEFT JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON s.stay_id = ce.stay_id
-    AND ce.itemid = 220277
+    AND ce.itemid = 220179
     AND ce.charttime BETWEEN s.intime AND DATETIME_ADD(s.intime, INTERVAL 24 HOUR)
   WHERE s.stay_order = 1
   GROUP BY s.stay_id, s.hadm_id, s.los
@@ -31,7 +35,7 @@ SELECT
   COUNT(*) AS num_stays,
   ROUND(AVG(abnormal_episodes), 2) AS mean_abnormal_episodes,
   ROUND(AVG(los * 24), 1) AS mean_icu_los_hours,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct
 FROM quartiles
 GROUP BY quartile
 ORDER BY quartile;

@@ -6,7 +6,11 @@ WITH first_stays AS (
   JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
     ON p.subject_id = i.subject_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 52 AND 62
+    AND p.anchor_age BETWEEN 49 AND 59
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
 ),
 episodes AS (
   SELECT
@@ -31,7 +35,8 @@ SELECT
   COUNT(*) AS num_stays,
   ROUND(AVG(abnormal_episodes), 2) AS mean_abnormal_episodes,
   ROUND(AVG(los * 24), 1) AS mean_icu_los_hours,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct,
+  APPROX_QUANTILES(los * 24, 100)[OFFSET(50)] AS median_icu_los_hours
 FROM quartiles
 GROUP BY quartile
 ORDER BY quartile;

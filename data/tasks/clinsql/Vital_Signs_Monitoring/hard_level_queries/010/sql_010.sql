@@ -5,17 +5,17 @@ WITH first_stays AS (
   FROM `physionet-data.mimiciv_3_1_hosp.patients` AS p
   JOIN `physionet-data.mimiciv_3_1_icu.icustays` AS i
     ON p.subject_id = i.subject_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 75 AND 85
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 80 AND 90
 ),
 episodes AS (
   SELECT
     s.stay_id, s.hadm_id, s.los,
-    COUNTIF(ce.valuenum < 92) AS abnormal_episodes
+    COUNTIF(ce.valuenum < 12) AS abnormal_episodes
   FROM first_stays AS s
   LEFT JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON s.stay_id = ce.stay_id
-    AND ce.itemid = 220277
+    AND ce.itemid = 220210
     AND ce.charttime BETWEEN s.intime AND DATETIME_ADD(s.intime, INTERVAL 24 HOUR)
   WHERE s.stay_order = 1
   GROUP BY s.stay_id, s.hadm_id, s.los
@@ -31,7 +31,7 @@ SELECT
   COUNT(*) AS num_stays,
   ROUND(AVG(abnormal_episodes), 2) AS mean_abnormal_episodes,
   ROUND(AVG(los * 24), 1) AS mean_icu_los_hours,
-  ROUND(AVG(hospital_expire_flag), 4) AS mortality_rate
+  ROUND(100 * AVG(hospital_expire_flag), 2) AS mortality_pct
 FROM quartiles
 GROUP BY quartile
 ORDER BY quartile;

@@ -22,7 +22,8 @@ SELECT
   END AS category,
   COUNT(*) AS num_stays,
   ROUND(AVG(mean_value), 2) AS mean_value,
-  APPROX_QUANTILES(mean_value, 100)[OFFSET(50)] AS median_value
+  APPROX_QUANTILES(mean_value, 100)[OFFSET(50)] AS median_value,
+  ROUND(STDDEV(mean_value), 2) AS sd_value
 FROM stay_means
 GROUP BY category
 ORDER BY category;

@@ -7,22 +7,27 @@ WITH stay_means AS (
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 50 AND 60
-    AND ce.itemid = 220181
+  WHERE p.gender = 'F'
+    AND p.anchor_age BETWEEN 61 AND 71
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ce.itemid = 223762
     AND ce.valuenum IS NOT NULL
-    AND ce.charttime BETWEEN i.intime AND DATETIME_ADD(i.intime, INTERVAL 24 HOUR)
+    AND ce.charttime BETWEEN i.intime AND DATETIME_ADD(i.intime, INTERVAL 48 HOUR)
   GROUP BY i.stay_id
 )
 SELECT
   CASE
-    WHEN mean_value < 65 THEN 'low (<65)'
-    WHEN mean_value > 110 THEN 'high (>110)'
-    ELSE 'normal (65-110)'
+    WHEN mean_value < 36 THEN 'low (<36)'
+    WHEN mean_value > 38 THEN 'high (>38)'
+    ELSE 'normal (36-38)'
   END AS category,
   COUNT(*) AS num_stays,
   ROUND(AVG(mean_value), 2) AS mean_value,
-  APPROX_QUANTILES(mean_value, 100)[OFFSET(50)] AS median_value
+  APPROX_QUANTILES(mean_value, 100)[OFFSET(50)] AS median_value,
+  ROUND(STDDEV(mean_value), 2) AS sd_value
 FROM stay_means
 GROUP BY category
 ORDER BY category;

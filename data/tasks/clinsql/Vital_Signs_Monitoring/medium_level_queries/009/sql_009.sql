@@ -8,7 +8,11 @@ WITH stay_means AS (
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 64 AND 74
+    AND p.anchor_age BETWEEN 65 AND 75
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
     AND ce.itemid = 223762
     AND ce.valuenum IS NOT NULL
     AND ce.charttime BETWEEN i.intime AND DATETIME_ADD(i.intime, INTERVAL 24 HOUR)
@@ -22,7 +26,8 @@ SELECT
   END AS category,
   COUNT(*) AS num_stays,
   ROUND(AVG(mean_value), 2) AS mean_value,
-  APPROX_QUANTILES(mean_value, 100)[OFFSET(50)] AS median_value
+  APPROX_QUANTILES(mean_value, 100)[OFFSET(50)] AS median_value,
+  ROUND(STDDEV(mean_value), 2) AS sd_value
 FROM stay_means
 GROUP BY category
 ORDER BY category;

@@ -8,17 +8,21 @@ WITH stay_means AS (
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 65 AND 75
-    AND ce.itemid = 220210
+    AND p.anchor_age BETWEEN 55 AND 65
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.insurance IN ('Medicare')
+    )
+    AND ce.itemid = 220045
     AND ce.valuenum IS NOT NULL
-    AND ce.charttime BETWEEN i.intime AND DATETIME_ADD(i.intime, INTERVAL 48 HOUR)
+    AND ce.charttime BETWEEN i.intime AND DATETIME_ADD(i.intime, INTERVAL 24 HOUR)
   GROUP BY i.stay_id
 )
 SELECT
   CASE
-    WHEN mean_value < 12 THEN 'low (<12)'
-    WHEN mean_value > 20 THEN 'high (>20)'
-    ELSE 'normal (12-20)'
+    WHEN mean_value < 60 THEN 'low (<60)'
+    WHEN mean_value > 100 THEN 'high (>100)'
+    ELSE 'normal (60-100)'
   END AS category,
   COUNT(*) AS num_stays,
   ROUND(AVG(mean_value), 2) AS mean_value,

@@ -8,17 +8,17 @@ WITH stay_means AS (
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
   WHERE p.gender = 'M'
-    AND p.anchor_age BETWEEN 78 AND 88
-    AND ce.itemid = 220181
+    AND p.anchor_age BETWEEN 46 AND 56
+    AND ce.itemid = 220045
     AND ce.valuenum IS NOT NULL
-    AND ce.charttime BETWEEN i.intime AND DATETIME_ADD(i.intime, INTERVAL 48 HOUR)
+    AND ce.charttime BETWEEN i.intime AND DATETIME_ADD(i.intime, INTERVAL 24 HOUR)
   GROUP BY i.stay_id
 )
 SELECT
   CASE
-    WHEN mean_value < 65 THEN 'low (<65)'
-    WHEN mean_value > 110 THEN 'high (>110)'
-    ELSE 'normal (65-110)'
+    WHEN mean_value < 60 THEN 'low (<60)'
+    WHEN mean_value > 100 THEN 'high (>100)'
+    ELSE 'normal (60-100)'
   END AS category,
   COUNT(*) AS num_stays,
   ROUND(AVG(mean_value), 2) AS mean_value,

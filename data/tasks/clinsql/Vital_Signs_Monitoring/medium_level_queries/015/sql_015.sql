@@ -7,18 +7,22 @@ WITH stay_means AS (
     ON p.subject_id = i.subject_id
   JOIN `physionet-data.mimiciv_3_1_icu.chartevents` AS ce
     ON i.stay_id = ce.stay_id
-  WHERE p.gender = 'F'
-    AND p.anchor_age BETWEEN 41 AND 51
-    AND ce.itemid = 220045
+  WHERE p.gender = 'M'
+    AND p.anchor_age BETWEEN 59 AND 69
+    AND EXISTS (
+      SELECT 1 FROM `physionet-data.mimiciv_3_1_hosp.admissions` AS ra
+      WHERE ra.subject_id = p.subject_id AND ra.admission_type IN ('EW EMER.', 'DIRECT EMER.')
+    )
+    AND ce.itemid = 223762
     AND ce.valuenum IS NOT NULL
     AND ce.charttime BETWEEN i.intime AND DATETIME_ADD(i.intime, INTERVAL 24 HOUR)
   GROUP BY i.stay_id
 )
 SELECT
   CASE
-    WHEN mean_value < 60 THEN 'low (<60)'
-    WHEN mean_value > 100 THEN 'high (>100)'
-    ELSE 'normal (60-100)'
+    WHEN mean_value < 36 THEN 'low (<36)'
+    WHEN mean_value > 38 THEN 'high (>38)'
+    ELSE 'normal (36-38)'
   END AS category,
   COUNT(*) AS num_stays,
   ROUND(AVG(mean_value), 2) AS mean_value,
