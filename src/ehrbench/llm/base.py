@@ -91,6 +91,8 @@ class ChatRequest:
     top_p: float | None = None            # nucleus sampling, where a benchmark's original sets it
     presence_penalty: float | None = None  # likewise (AgentEHR's scripts send 1.0 to vLLM-served models)
     response_schema: "OutputSchema | None" = None   # structured output: the reply is JSON of this schema
+    tool_choice: str | None = None        # None: the provider's default (auto); "none": tools shown, none callable
+    parallel_tool_calls: bool = False     # several calls in one reply (PhysAssistBench's original allows them)
 
 
 @dataclass(frozen=True)

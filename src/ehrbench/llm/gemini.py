@@ -94,6 +94,9 @@ class GeminiModel(ChatModel):
             config.tools = [types.Tool(function_declarations=[
                 types.FunctionDeclaration(name=t["name"], description=t.get("description"),
                                           parameters_json_schema=t.get("parameters")) for t in request.tools])]
+            if request.tool_choice == "none":       # the tools shown, none callable (a final-answer nudge)
+                config.tool_config = types.ToolConfig(
+                    function_calling_config=types.FunctionCallingConfig(mode=types.FunctionCallingConfigMode.NONE))
         if request.response_schema:
             config.response_mime_type = "application/json"
             config.response_json_schema = request.response_schema.json_schema()

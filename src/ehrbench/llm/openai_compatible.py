@@ -1,7 +1,9 @@
 """OpenAI-compatible chat completions (OpenAI, vLLM, other servers) through the official `openai` client.
 
-One tool call per step, as the benchmark requires: `parallel_tool_calls=False` is sent, and if a server still
-returns several calls only the first is kept. Arguments that are not a JSON object come back as `malformed`.
+One tool call per step unless the request allows several (`parallel_tool_calls`, PhysAssistBench's original):
+`parallel_tool_calls=False` is sent, and if a server still returns several calls only the first is kept.
+Arguments that are not a JSON object come back as `malformed` (with several calls, the first such problem).
+`reasoning_effort` (a model conf key) is sent as given, e.g. `minimal` for the GPT-5 judges.
 """
 from __future__ import annotations
 
@@ -45,9 +47,11 @@ class OpenAICompatibleModel(ChatModel):
     provider = "openai-compatible"
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout_s: float = 120.0, supports_temperature: bool = True, **kwargs):
+                 timeout_s: float = 120.0, supports_temperature: bool = True, reasoning_effort: str | None = None,
+                 **kwargs):
         super().__init__(model, **kwargs)
         self.supports_temperature = supports_temperature  # reasoning models (o-series) refuse the parameter
+        self.reasoning_effort = reasoning_effort
         key = os.environ.get(api_key_env)
         if not key and base_url is None:
             raise ConfigurationError(f"model {model}: set {api_key_env} (or give model.base_url for a local server)")
@@ -57,7 +61,11 @@ class OpenAICompatibleModel(ChatModel):
         kwargs: dict = {"model": self.model, "messages": to_openai_messages(request.system, request.messages)}
         if request.tools:
             kwargs["tools"] = [{"type": "function", "function": t} for t in request.tools]
-            kwargs["parallel_tool_calls"] = False
+            kwargs["parallel_tool_calls"] = request.parallel_tool_calls
+            if request.tool_choice:
+                kwargs["tool_choice"] = request.tool_choice
+        if self.reasoning_effort:
+            kwargs["reasoning_effort"] = self.reasoning_effort
         if request.response_schema:
             schema = request.response_schema
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
@@ -102,10 +110,11 @@ class OpenAICompatibleModel(ChatModel):
                                      "(finish_reason=content_filter)", usage)
         response = ChatResponse(text=message.content, usage=usage,
                                 finish_reason=finish if finish not in (None, "stop", "tool_calls") else None)
-        if message.tool_calls:
-            call = message.tool_calls[0]
+        calls = (message.tool_calls or [])[:None if request.parallel_tool_calls else 1]
+        response.tool_calls = []
+        for call in calls:
             args, problem = parse_arguments(call.function.arguments)
-            response.tool_calls = [ToolCall(call.function.name, args, call.id,
-                                            raw=call.function.arguments if problem else None)]
-            response.malformed = problem
+            response.tool_calls.append(ToolCall(call.function.name, args, call.id,
+                                                raw=call.function.arguments if problem else None))
+            response.malformed = response.malformed or problem
         return response

@@ -40,7 +40,8 @@ def _create(cfg: dict) -> ChatModel:
 
         return OpenAICompatibleModel(cfg["model"], base_url=cfg.get("base_url"),
                                      api_key_env=cfg.get("api_key_env", "OPENAI_API_KEY"),
-                                     supports_temperature=cfg.get("supports_temperature", True), **common)
+                                     supports_temperature=cfg.get("supports_temperature", True),
+                                     reasoning_effort=cfg.get("reasoning_effort"), **common)
     raise ConfigurationError(f"model provider {provider!r} is unknown; use gemini or openai-compatible "
                              f"(model config: {cfg.get('name')})")
 
