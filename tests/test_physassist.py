@@ -59,9 +59,9 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def _tools(small, session):
+def _tools(small, session, validate_writes=False):
     return SessionTools(InProcess(FhirRecords(small["folder"])), session.subject_id, session.current_date,
-                        session.session_id)
+                        session.session_id, validate_writes)
 
 
 def test_searches_stop_at_the_session_date_clean_arguments_and_reach_one_patient(small):
@@ -101,11 +101,32 @@ def test_searches_stop_at_the_session_date_clean_arguments_and_reach_one_patient
     assert run(_tools(small, s).call("Nope__search", {})) == '{"error": "Unknown tool: Nope.search"}'
 
 
-def test_writes_are_validated_fhir_kept_with_the_session_and_never_touch_the_record(small):
+def test_under_the_original_every_write_is_created_as_asked_and_a_search_needs_its_subject_id(small):
+    """`_exec_write_tool`: no validation, a missing field or a value outside its set still created (and shown to
+    the graders); an EHR search without subject_id is refused with the original's signature-check text."""
+    s = small["sessions"][0]
+    tools = _tools(small, s)
+    for name, args in (("ServiceRequest__create", {"subject_id": s.subject_id, "service_type": "home-health",
+                                                    "priority": "soon"}),
+                       ("Flag__create", {"subject_id": s.subject_id, "category": "safety", "code": "FALL"}),
+                       ("MedicationRequest__create", {"subject_id": s.subject_id, "medication": "Furosemide",
+                                                      "dose": "40 mg", "route": "PO", "frequency": "BID"})):
+        kind = name.split("__")[0]
+        assert run(tools.call(name, args)).startswith(f"{kind} created: id=") and "status=active" in \
+            run(tools.call(name, args))
+    assert len(tools.writes) == 6
+    assert json.loads(run(tools.call("Observation__search", {"code": "creatinine"}))) == {
+        "error": "Bad arguments for Observation.search: missing a required argument: 'subject_id'"}
+    assert json.loads(run(tools.call("Patient__read", {}))) == {
+        "error": "Bad arguments for Patient.read: fhir_patient_read() missing 1 required positional argument: "
+                 "'subject_id'"}
+
+
+def test_with_write_validation_writes_are_validated_fhir_kept_with_the_session_and_never_touch_the_record(small):
     s = small["sessions"][0]
     path = small["folder"] / f"patient_{s.subject_id}.db"
     before = hashlib.sha256(path.read_bytes()).hexdigest()
-    tools = _tools(small, s)
+    tools = _tools(small, s, validate_writes=True)
     ok = run(tools.call("MedicationRequest__create", {"subject_id": s.subject_id, "medication": "Furosemide",
                                                       "dose": "40 mg", "route": "PO", "frequency": "BID"}))
     assert ok == f"MedicationRequest created: id=MR-sim-{s.subject_id}-1 status=active"
@@ -198,6 +219,76 @@ def test_judge_verdicts_are_read_as_the_original_reads_them():
     assert read_verdict('{"verdict": "pass"}', 2) == ([0, 0], ["", ""])          # JSON without scores: all NO
     assert read_verdict('{"scores": ["0", 0.5]}', 2) == ([0, 0], ["", ""])
     assert read_verdict('{"scores": ["0", 0.5]}', 2, lambda s: int(bool(s)))[0] == [1, 1]   # the write judge's
+    # the write judge calls .get on the reply: a bare list is its AttributeError, the turn unscored
+    assert read_verdict("[1, 0]", 2, lambda s: int(bool(s)), lists=False) is None
+    assert read_verdict('[{"score": 1}]', 1, lambda s: int(bool(s)), lists=False) is None
+
+
+def test_the_code_s_judge_goes_out_as_its_code_sends_it_through_the_openai_client(small):
+    """gpt-5-mini (conf/grader/gpt-5-mini.yaml) on the fake server: reasoning effort minimal, no temperature (the
+    Responses adapter drops it), 4,000 output tokens, 2,000 on a write turn."""
+    import yaml
+
+    from ehrbench.benchmarks.physassist.grading import Judge
+    from ehrbench.llm.registry import build_model
+    from ehrbench.llm.usage import MeteredModel, UsageMeter
+
+    from .fake_llm_server import FakeLLMServer, Reply
+
+    cfg = yaml.safe_load((ROOT / "conf" / "model" / "gpt-5-mini.yaml").read_text())
+    s = next(x for x in small["sessions"] if x.turns[3].kind == "WU")
+    server = FakeLLMServer().start()
+    try:
+        server.push(*[Reply(text=json.dumps({"scores": [1] * len(t.items)})) for t in s.turns[2:]],
+                    model=cfg["model"])
+        judge = Judge(MeteredModel(build_model({**cfg, "base_url": f"{server.url}/v1"}), "grader", UsageMeter()),
+                      prompts(), 0.1)
+        for t in s.turns[2:]:
+            scores, _ = run(judge.grade(t, TurnWork(t.question, "An answer.", []), s.transcript))
+            assert scores == [1] * len(t.items)
+        bodies = [r.body for r in server.requests_for(cfg["model"])]
+    finally:
+        server.stop()
+    assert [b["max_completion_tokens"] for b in bodies] == [4000, 2000]
+    assert all(b["reasoning_effort"] == "minimal" and "temperature" not in b for b in bodies)
+
+
+def test_a_model_is_never_scored_by_rules_alone_unless_asked(small, tmp_path):
+    """grader=none with a model stops at start naming both fixes; grader=auto (the default) brings the code's
+    judge, gpt-5-mini, whose missing key stops the run at start too; the MedAgentBench set needs no judge."""
+    common = ["benchmark=physassist", "model=gemini-2.5-flash", "+model.base_url=http://127.0.0.1:9",
+              f"tracking.root={tmp_path / 'mlruns'}", *_world_args(small, tmp_path)]
+    env = {**{k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}, "GEMINI_API_KEY": "fake",
+           "HF_HUB_OFFLINE": "1"}
+    none = subprocess.run([sys.executable, "-m", "ehrbench", *common, "grader=none"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert none.returncode != 0 and "grader=gpt-5-mini" in none.stderr and "benchmark.grading=rules" in none.stderr
+    auto = subprocess.run([sys.executable, "-m", "ehrbench", *common], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert auto.returncode != 0 and "gpt-5-mini" in auto.stderr and "OPENAI_API_KEY" in auto.stderr
+
+
+def test_the_contract_s_opt_ins_are_recorded_and_bad_values_named():
+    import yaml
+
+    from ehrbench.benchmarks.physassist.benchmark import PhysAssistBenchmark, output_budget
+    from ehrbench.llm.base import ConfigurationError
+
+    conf = yaml.safe_load((ROOT / "conf" / "benchmark" / "physassist.yaml").read_text())
+    original = PhysAssistBenchmark(conf)
+    assert original.contract() == ("original", []) and original.call_cap() is None
+    assert not original.write_validation() and original.default_grader == "gpt-5-mini"
+    ehrbench = PhysAssistBenchmark({**conf, "contract": "ehrbench"})
+    assert ehrbench.call_cap() == 16 and ehrbench.write_validation()
+    assert [d.split(" ")[0] for d in ehrbench.contract()[1]] == ["write_validation=true", "call_cap=16"]
+    assert PhysAssistBenchmark({**conf, "task_set": "medagent"}).default_grader is None
+    for field, value, says in (("contract", "paper", "original .* or ehrbench"), ("grading", "judge2", "rules"),
+                               ("call_cap", 0, "integer >= 1"), ("write_validation", "yes", "true, false or null")):
+        with pytest.raises(ConfigurationError, match=rf"benchmark.{field}="):
+            PhysAssistBenchmark({**conf, field: value}).check()
+    assert output_budget({"name": "gpt-4o"}) == 1024 and output_budget({"reasoning_effort": "minimal"}) == 10240
+    assert output_budget({"provider": "gemini", "thinking_budget": None}) == 10240
+    assert output_budget({"provider": "gemini", "thinking_budget": 0}) == 1024 and output_budget({}, 2048) == 2048
 
 
 def test_the_loader_reads_the_original_format_and_names_what_is_wrong(small, tmp_path):
@@ -255,7 +346,9 @@ def test_the_agent_runs_parallel_calls_answers_after_prepare_and_is_nudged_when_
     assert opening[0].content.startswith(f"[Environment Info]\n{s.env_info}\nsubject_id: {s.subject_id}")
     assert len(model.requests[0].tools) == 18 and {"Observation__search", "patient__get_pain_assessment"} <= {
         t["name"] for t in model.requests[0].tools}
-    # a new turn: 8 rounds of calls, then the nudge (no tools), which an empty reply repeats up to 3 times
+    assert model.requests[0].parallel_tool_calls is True
+    # a new turn: 8 rounds of calls, then the nudge (the tools sent, none callable), which an empty reply repeats
+    # up to 3 times; three empty replies leave the answer empty, as eval_runner does
     model = _Scripted(*[ChatResponse(None, [call("Observation__search", 10 + i)]) for i in range(8)],
                       *[ChatResponse("")] * NUDGES)
     agent = PhysAssistAgent(model, s, prompts())
@@ -263,10 +356,42 @@ def test_the_agent_runs_parallel_calls_answers_after_prepare_and_is_nudged_when_
     for i in range(8):
         step = run(agent.act(history))
         history += [step, Message("tool", "(0 results)", tool_call_id=step.tool_call.id)]
-    assert run(agent.act(history)).content == "[Error generating final answer]"
+    assert run(agent.act(history)).content == ""
     nudges = model.requests[8:]
-    assert len(nudges) == NUDGES and all(r.tools is None and r.messages[-1].content == prompts()["nudge"]
-                                         for r in nudges)
+    assert len(nudges) == NUDGES and all(len(r.tools) == 18 and r.tool_choice == "none" and
+                                         r.messages[-1].content == prompts()["nudge"] for r in nudges)
+
+
+def test_a_refused_round_is_nudged_and_a_refused_nudge_is_the_original_s_error_answer(small):
+    """eval_runner: an API error in a round breaks to the nudge; a nudge that raises gives "[Error generating final
+    answer]", judged like any answer; an outage (not the agent's request) re-runs the trial instead."""
+    from ehrbench.llm.base import ModelTurnError
+    from ehrbench.trial import InfrastructureError
+
+    s = small["sessions"][0]
+
+    class Refusing(_Scripted):
+        async def complete(self, request):
+            self.requests.append(request)
+            reply = self.responses.pop(0)
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+    refused = InfrastructureError("HTTP 400: context too long", agent_caused=True)
+    model = Refusing(ModelTurnError("cut off"), ChatResponse("It is 4.1."))
+    assert run(PhysAssistAgent(model, s, prompts()).act([Message("user", "q")])).content == "It is 4.1."
+    assert model.requests[1].tool_choice == "none"
+    model = Refusing(refused, refused)
+    assert run(PhysAssistAgent(model, s, prompts()).act([Message("user", "q")])).content == \
+        "[Error generating final answer]"
+    outage = Refusing(InfrastructureError("HTTP 503 after 8 tries"))
+    with pytest.raises(InfrastructureError):
+        run(PhysAssistAgent(outage, s, prompts()).act([Message("user", "q")]))
+    # an empty answer stays out of the conversation the next turn sends, as the original never appends it
+    model = Refusing(ChatResponse("Next."))
+    run(PhysAssistAgent(model, s, prompts()).act([Message("user", "q1"), Message("assistant", ""),
+                                                  Message("user", "q2")]))
+    assert [m.content for m in model.requests[0].messages[2:]] == ["q1", "q2"]
 
 
 def _main(args, timeout=600):
@@ -288,9 +413,10 @@ def test_the_reference_scores_mrs_100_with_the_rule_grader_through_ray_and_mlflo
     [run_] = mlflow.search_runs(experiment_names=["physassist"], output_format="list")
     m = run_.data.metrics
     n = len(small["sessions"])
-    assert m["mRS"] == 100.0 and m["pass_session_75"] == 100.0 and m["pass_turn_60"] == 100.0
-    assert m["sessions_scored"] == 2 * n and all(m[f"L{t}/mRS"] == 100.0 for t in (1, 2, 3))
-    assert all(m[f"{sc}/mRS"] == 100.0 for sc in SCENARIOS) and m["turn_score/WU"] == 100.0
+    assert m["rule_mRS"] == 100.0 and m["rule_pass_session_75"] == 100.0 and m["rule_pass_turn_60"] == 100.0
+    assert "mRS" not in m and "pass_session_75" not in m          # no judge decided: never the paper's names
+    assert m["sessions_scored"] == 2 * n and all(m[f"L{t}/rule_mRS"] == 100.0 for t in (1, 2, 3))
+    assert all(m[f"{sc}/rule_mRS"] == 100.0 for sc in SCENARIOS) and m["turn_score/WU"] == 100.0
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_.info.run_id)}
     assert {"score_by_turn_type.png", "pass_session_by_threshold.png"} <= artifacts
     traces = mlflow.search_traces(locations=[run_.info.experiment_id], return_type="list")
@@ -345,7 +471,8 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     first = asked[0].body
     assert first["messages"][0]["content"].startswith("You are a clinical decision support agent")
     assert first["messages"][1]["content"].startswith("[Environment Info]\nsession_id: ")
-    assert len(first["tools"]) == 18 and first["temperature"] == 0.2
+    assert len(first["tools"]) == 18 and first["temperature"] == 0.2 and first["parallel_tool_calls"] is True
+    assert first["max_completion_tokens"] == 1024                      # gpt-4o thinks not: the code's 1,024
     system = patient[0].body["systemInstruction"]["parts"][0]["text"]
     assert system.startswith("You are simulating a patient in a clinical interview with a doctor.")
     assert f"Health literacy: {session.persona['health_literacy']}" in system
@@ -665,8 +792,13 @@ def test_a_session_that_ends_early_counts_zero_on_every_turn(small, tmp_path):
     from ehrbench.trial import TrialRecord
 
     a, b = small["sessions"][:2]
-    done = TrialRecord(a.key, 0, "user_stop", 1.0, score_parts={f"T{i}/r": 1.0 for i in range(4)})
+    done = TrialRecord(a.key, 0, "user_stop", 1.0, score_parts={**{f"T{i}/r": 1.0 for i in range(4)},
+                                                                "judged": 1.0})
     cut = TrialRecord(b.key, 0, "max_steps", 0.0)
     report = session_report([done, cut], [a, b], 1, tmp_path, False)
     assert report.metrics["mRS"] == 50.0 and report.metrics["pass_session_60"] == 50.0
     assert report.metrics["sessions_scored"] == 2
+    ruled = TrialRecord(a.key, 0, "user_stop", 1.0, score_parts={**{f"T{i}/r": 1.0 for i in range(4)}, "judged": 0.0})
+    report = session_report([ruled], [a], 1, tmp_path, False)
+    assert report.metrics["rule_mRS"] == 100.0 and "mRS" not in report.metrics and report.headline == {
+        "rule_mRS": 100.0, "rule_pass_session_60": 100.0, "rule_pass_session_75": 100.0}

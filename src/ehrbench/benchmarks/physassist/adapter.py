@@ -7,7 +7,8 @@ written against them: a lab `code` is a substring of the lab's label and, when n
 `_count` always cuts the newest-first list; dates compare as strings (a bare `date_to` day excludes that day's
 timed events); ICU vitals fall back to the clinic's omr results only when the patient has no chartevents; fields
 outside FHIR keep the original's underscore names (`_seq_num`, `_stay_id`, `_mimic`, `_anchor_age`).
-Not yet: the tools over these (search arguments, compaction, date_to), the write tools (issue 15).
+The tools over these (search arguments, `date_to`, writes) are `fhir.py`; what the model sees of a result,
+`compact.py`.
 """
 from __future__ import annotations
 

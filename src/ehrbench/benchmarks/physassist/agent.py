@@ -2,10 +2,13 @@
 
 `PhysAssistAgent` sees the session opening (the environment info, then the agent's acknowledgement), the whole
 conversation so far (its own calls, results and answers of earlier turns), and the full tool set every turn, at
-temperature 0.2. Within a turn it may use 8 model rounds (the code's MAX_TOOL_STEPS) and at most 16 tool calls (the
-paper's limit; parallel calls in one round are run one after another). It answers when a round brings text and no
-call, or after `prepare_to_answer` (the text sent beside that call, if any). Otherwise, rounds or calls spent, or an
-empty reply, it is nudged: a temporary message asks for the answer in plain text with no tools, up to 3 times.
+temperature 0.2. Within a turn it may use 8 model rounds (the code's MAX_TOOL_STEPS), each with any number of
+parallel calls, run one after another in order (the code's; `call_cap=16`, the paper's text, is ehrbench's opt-in).
+It answers when a round brings text and no call, or after `prepare_to_answer` (the text sent beside that call, if
+any). Otherwise (rounds spent, an empty reply, or a round the provider refused or cut off) it is nudged: a temporary
+message asks for the answer in plain text, the tools sent with `tool_choice="none"`, up to 3 times; a nudge the
+provider refuses gives "[Error generating final answer]", which is judged like any answer, and the session goes
+on. Provider outages (429, 5xx) are retried by the client and then re-run the trial, as infrastructure.
 
 `ReferenceAgent` replays each turn's gold actions (reads, interview calls, writes, `prepare_to_answer`) and answers
 with the gold answer, which satisfies every rubric item: the harness's self-check (mRS 100 with the rule grader).
@@ -13,16 +16,26 @@ with the gold answer, which satisfies every rubric item: the harness's self-chec
 from __future__ import annotations
 
 from ...agents.tool_calling import tool_call_message
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, ModelTurnError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import MeteredModel
-from ...trial import Message, ToolCall
+from ...trial import InfrastructureError, Message, ToolCall
 from .fhir import api_name, canonical, model_tools
 from .sessions import Session
 
 MAX_ROUNDS = 8
-MAX_CALLS = 16
 NUDGES = 3
+
+
+def _refused(e: Exception) -> bool:
+    """A failure of the agent's own request (refused for its content or size, cut off, blocked): the original's
+    loop breaks out of the round and nudges; outages are not this (they re-run the trial)."""
+    return isinstance(e, ModelTurnError) or (isinstance(e, InfrastructureError) and e.agent_caused)
+
+
+def _sent(history: list[Message]) -> list[Message]:
+    """The conversation as the original keeps it: an empty answer (three empty nudges) is never appended."""
+    return [m for m in history if not (m.role == "assistant" and not m.is_tool_call and not (m.content or "").strip())]
 
 
 def _this_turn(history: list[Message]) -> tuple[int, list[Message]]:
@@ -33,9 +46,9 @@ def _this_turn(history: list[Message]) -> tuple[int, list[Message]]:
 
 class PhysAssistAgent:
     def __init__(self, model: MeteredModel, session: Session, prompts: dict, temperature: float = 0.2,
-                 seed: int | None = None, max_tokens: int = 1024):
+                 seed: int | None = None, max_tokens: int = 1024, call_cap: int | None = None):
         self.model, self.prompts, self.temperature, self.seed = model, prompts, temperature, seed
-        self.max_tokens = max_tokens
+        self.max_tokens, self.call_cap = max_tokens, call_cap
         self.opening = [Message("user", prompts["session_open"].format(env_info=session.env_info,
                                                                        subject_id=session.subject_id,
                                                                        hadm_id=session.hadm_id)),
@@ -52,36 +65,50 @@ class PhysAssistAgent:
         calls = sum(1 for m in since if m.is_tool_call)
         if any(m.is_tool_call and canonical(m.tool_call.name) == "prepare_to_answer" for m in since):
             return Message("assistant", self.ready_text) if self.ready_text else await self._nudged(history)
-        if self.rounds >= MAX_ROUNDS or calls >= MAX_CALLS:
+        if self.rounds >= MAX_ROUNDS or (self.call_cap is not None and calls >= self.call_cap):
             return await self._nudged(history)
         self.rounds += 1
-        response = await self.model.complete(ChatRequest(self.opening + history, system=self.prompts["agent_system"],
-                                                         tools=self.tools, temperature=self.temperature,
-                                                         seed=self.seed, max_tokens=self.max_tokens))
+        try:
+            response = await self.model.complete(ChatRequest(
+                self.opening + _sent(history), system=self.prompts["agent_system"], tools=self.tools,
+                temperature=self.temperature, seed=self.seed, max_tokens=self.max_tokens,
+                parallel_tool_calls=self.call_cap is None))
+        except (ModelTurnError, InfrastructureError) as e:
+            if not _refused(e):
+                raise
+            return await self._nudged(history)
         if not response.tool_calls:
             if (response.text or "").strip():
                 return Message("assistant", response.text, finish_reason=response.finish_reason,
                                provider_parts=response.provider_parts)
             return await self._nudged(history)
+        allowed = response.tool_calls if self.call_cap is None else response.tool_calls[:self.call_cap - calls]
         first = tool_call_message(response, f"call_{turn}_{self.rounds}")
         rest = [Message("assistant", None, tool_call=ToolCall(c.name, c.arguments, c.id or f"call_{turn}_{self.rounds}"
                                                                f"_{i}", c.error))
-                for i, c in enumerate(response.tool_calls[1:MAX_CALLS - calls], 1)]
-        if any(canonical(c.name) == "prepare_to_answer" for c in response.tool_calls):
+                for i, c in enumerate(allowed[1:], 1)]
+        if any(canonical(c.name) == "prepare_to_answer" for c in allowed):
             self.ready_text = (response.text or "").strip() or None
             first.content = None                      # the text is the turn's answer, given after the call
         self.pending = rest
         return first
 
     async def _nudged(self, history: list[Message]) -> Message:
-        """The answer asked for in plain text, no tools (the nudge is not kept in the conversation)."""
+        """The answer asked for in plain text, the tools shown but none callable (the nudge is not kept in the
+        conversation); a refused nudge is the original's "[Error generating final answer]"."""
         for _ in range(NUDGES):
-            response = await self.model.complete(ChatRequest(
-                self.opening + history + [Message("user", self.prompts["nudge"])], system=self.prompts["agent_system"],
-                temperature=self.temperature, seed=self.seed, max_tokens=self.max_tokens))
+            try:
+                response = await self.model.complete(ChatRequest(
+                    self.opening + _sent(history) + [Message("user", self.prompts["nudge"])],
+                    system=self.prompts["agent_system"], tools=self.tools, tool_choice="none",
+                    temperature=self.temperature, seed=self.seed, max_tokens=self.max_tokens))
+            except (ModelTurnError, InfrastructureError) as e:
+                if not _refused(e):
+                    raise
+                return Message("assistant", "[Error generating final answer]")
             if (response.text or "").strip():
                 return Message("assistant", response.text, finish_reason=response.finish_reason)
-        return Message("assistant", "[Error generating final answer]")
+        return Message("assistant", "")
 
 
 class ReferenceAgent:

@@ -25,7 +25,7 @@ from itertools import product
 from pathlib import Path
 
 from .adapter import PatientRecord
-from .fhir import run_search
+from .fhir import SCHEMAS, run_search
 from .sessions import SCENARIOS
 
 DOMAINS = {"diagnostic_workup": "LabInterp", "med_safety": "MedRecon", "treatment_response": "ICUReasoning",
@@ -63,6 +63,10 @@ FUNCTION = {"HOME": ("I get around on my own and take care of myself at home.", 
             "CHRONIC/LONG TERM ACUTE CARE": ("I spend most of the day in bed; I need help to sit up and eat.",
                                              ["bed"])}
 WORDS = {"high": ["high", "elevated", "above"], "low": ["low", "below", "decreased"], "normal": ["normal", "within"]}
+
+
+# the 18 tools in the session file, as the original's files carry them (without them its harness offers none)
+SESSION_TOOLS = [{"type": "function", "function": schema} for schema in SCHEMAS]
 
 
 def _num(x: float):
@@ -562,7 +566,7 @@ def encode(ctx: Context, scenario: str, tier: int, index: int, arc: tuple, turns
         "id": f"physassistbench_{DOMAINS[scenario]}_{scenario}_{index}_L{tier}",
         "env_info": f"session_id: {sid}\nCurrent date: {ctx.date}. Patient is a {age['anchor_age']}-year-old "
                     f"{age['gender']}",
-        "tools": None, "tasks": [t[2] for t in turns], "tasks_explicit": [t[3] for t in turns],
+        "tools": SESSION_TOOLS, "tasks": [t[2] for t in turns], "tasks_explicit": [t[3] for t in turns],
         "messages": messages, "answer_list": answer_list, "task_types": list(arc),
         "turn_types": [i != 0 for i in range(4)], "turn_subtypes": [t[1] for t in turns],
         "clinical_task_domain": DOMAINS[scenario], "subject_id": ctx.subject, "hadm_id": ctx.hadm,

@@ -5,8 +5,15 @@ A trial is one session. The physician (the run's user) asks the four questions; 
 18 tools; the patient it interviews is replayed from stored answers (`user=scripted`) or an LLM (`user=` a model:
 the live patient, in the UserSimulator actors with the physician). The patients' records live in
 `benchmark.record_shards` ServiceShard actors (`records`), routed by patient. Scoring grades each turn (`grading`):
-the rule grader always, the original's LLM judge with `grader=` a model, which then decides the reward; a turn
-neither can decide leaves the aggregates, as the original drops a turn whose judgement failed.
+the original's LLM judge (`grader=auto`: gpt-5-mini, as its code runs it) decides the reward whenever a model is
+evaluated; the rule grader always runs beside it, and alone (the reference, or `benchmark.grading=rules`) its
+figures carry `rule_` names, never the paper's. A turn the judge cannot decide leaves the aggregates, as the
+original drops a turn whose judgement failed.
+
+Contract (`benchmark.contract`, README "PhysAssistBench"): original, the authors' code: every write created as
+asked, 8 rounds of any number of parallel calls, an EHR search without `subject_id` refused as their signature check
+refuses it; ehrbench's opt-ins: `write_validation` (FHIR R4B, a refused write shows the model what to fix and is
+hidden from the graders) and `call_cap` (16 calls a turn, the paper's text).
 
 Metrics (`report`): per-turn rubric score r_t, session score (the mean of its turns), mRS (the mean session score x
 100) overall, by tier, scenario, turn type, implicitness subtype and tool source; Pass@Turn and Pass@Session at 0.60
@@ -56,6 +63,12 @@ class PhysAssistBenchmark(Benchmark):
     users = ("scripted", "llm")
     headline_metric = "mRS"
 
+    @property
+    def default_grader(self) -> str | None:
+        """The code's judge for the sessions (run_eval.py; the paper names GPT-5.4-mini); the MedAgentBench set is
+        graded by its refsol rules, as in the original."""
+        return None if self.medagent else "gpt-5-mini"
+
     def check(self) -> None:
         o = self.options
         if not Path(str(o.get("task_dir") or "")).is_dir():
@@ -77,7 +90,59 @@ class PhysAssistBenchmark(Benchmark):
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ConfigurationError(f"benchmark.record_shards={shards!r}: an integer >= 1 (ServiceShard actors "
                                      "holding the patients' records)")
+        if o.get("contract", "original") not in ("original", "ehrbench"):
+            raise ConfigurationError(f"benchmark.contract={o.get('contract')!r}: original (the authors' code, the "
+                                     "default) or ehrbench (validated writes, the 16-call cap)")
+        if o.get("grading", "judge") not in ("judge", "rules"):
+            raise ConfigurationError(f"benchmark.grading={o.get('grading')!r}: judge (the paper's, grader=auto) or "
+                                     "rules (ehrbench's rule grader alone, logged as rule_mRS ...)")
+        for name in ("write_validation",):
+            if o.get(name) is not None and not isinstance(o.get(name), bool):
+                raise ConfigurationError(f"benchmark.{name}={o.get(name)!r}: true, false or null (the contract's)")
+        cap = o.get("call_cap")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ConfigurationError(f"benchmark.call_cap={cap!r}: null (the original: 8 rounds of any number of "
+                                     "calls) or an integer >= 1 (ehrbench's contract: 16)")
         check_world(Path(o["task_dir"]), o.get("world") or {}, "ehrbench.benchmarks.physassist.authoring")
+
+    def _opt(self, name: str, ehrbench_value, original_value=None):
+        """An opt-in's value: as set, else the contract's (ehrbench's improvements on under contract=ehrbench)."""
+        chosen = self.options.get(name)
+        if chosen is not None:
+            return chosen
+        return ehrbench_value if self.options.get("contract", "original") == "ehrbench" else original_value
+
+    def write_validation(self) -> bool:
+        return bool(self._opt("write_validation", True, False))
+
+    def call_cap(self) -> int | None:
+        return self._opt("call_cap", 16, None)
+
+    def contract(self) -> tuple[str, list[str]]:
+        """The contract and what departs from the authors' code in this run."""
+        departures = []
+        if self.write_validation():
+            departures.append("write_validation=true (writes validated as FHIR R4B; a refused write is hidden from "
+                              "the graders)")
+        if self.call_cap() is not None:
+            departures.append(f"call_cap={self.call_cap()} (tool calls per turn capped; the code allows 8 rounds of "
+                              "any number)")
+        if self.options.get("grading", "judge") == "rules":
+            departures.append("grading=rules (no LLM judge: rule_mRS, rule_pass_*)")
+        if self.options.get("max_tokens") is not None:
+            departures.append(f"max_tokens={self.options['max_tokens']} (the original: 10,240 for thinking "
+                              "models, else 1,024)")
+        return self.options.get("contract", "original"), departures
+
+    def check_grading(self, agent: str, graded: bool) -> None:
+        """A model is scored by the original's judge: a run without one must say `benchmark.grading=rules`."""
+        if agent != "reference" and not graded and not self.medagent and \
+                self.options.get("grading", "judge") != "rules":
+            raise ConfigurationError(
+                "PhysAssistBench scores every turn with an LLM judge (the code's: gpt-5-mini, grader=gpt-5-mini, the "
+                "default with grader=auto; it needs OPENAI_API_KEY); grader=none would score a model by rules alone. "
+                "Name a grader (grader=gpt-5-mini, grader=gemini-2.5-flash ...), or add benchmark.grading=rules for "
+                "the rule grader's figures, logged as rule_mRS / rule_pass_*")
 
     @property
     def medagent(self) -> bool:
@@ -124,12 +189,14 @@ class PhysAssistBenchmark(Benchmark):
             else local_records(task.folder)
         if self.medagent:
             return medagent_episode(task, records, settings, meter, seed)
-        tools = SessionTools(records, task.subject_id, task.current_date, task.session_id)
+        tools = SessionTools(records, task.subject_id, task.current_date, task.session_id, self.write_validation(),
+                             self.contract()[0] == "original")
         if settings.agent == "reference":
             agent = ReferenceAgent(task, ScriptedCall("agent", meter, settings.agent_latency_s))
         else:
             agent = PhysAssistAgent(settings.model_for("agent", meter), task, prompts(),
-                                    float(o.get("temperature", 0.2)), seed, int(o.get("max_tokens", 1024)))
+                                    float(o.get("temperature", 0.2)), seed,
+                                    output_budget(settings.agent_model, o.get("max_tokens")), self.call_cap())
         judge = Judge(settings.model_for("grader", meter), prompts(), float(o.get("judge_temperature", 0.1))) \
             if settings.grader_model else None
         judge_name = f"physassist.judge:{settings.grader_model['name']}" if judge else ""
@@ -160,6 +227,17 @@ class PhysAssistBenchmark(Benchmark):
 
             return {"physassist.medagent_prompt": PROMPT}
         return {f"physassist.{name}": text for name, text in prompts().items()}
+
+
+def output_budget(model: dict | None, chosen: int | None = None) -> int:
+    """The agent's max_tokens as the original sizes it (eval_runner: 10,240 when the model thinks, else 1,024): a
+    model conf with `thinking: true`, a `reasoning_effort`, or a Gemini thinking budget other than 0."""
+    if chosen is not None:
+        return int(chosen)
+    model = model or {}
+    thinks = bool(model.get("thinking")) or bool(model.get("reasoning_effort")) or (
+        model.get("provider") == "gemini" and model.get("thinking_budget") != 0)
+    return 10_240 if thinks else 1_024
 
 
 def medagent_episode(task, records, settings: TrialSettings, meter: UsageMeter, seed: int) -> Episode:
@@ -248,6 +326,7 @@ async def grade_session(session: Session, record: TrialRecord, judge: Judge | No
                     both += 1
                     same += int(ok) == judged[j]
     parts["turns_decided"] = float(len(decided))
+    parts["judged"] = float(judge is not None)
     if both:
         parts["agreement/items"], parts["agreement/same"] = float(both), float(same)
     return Score(sum(decided) / len(decided) if decided else 0.0, parts)
@@ -265,9 +344,12 @@ def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out
     sessions: list[tuple[Session, list[float]]] = []
     turns: dict[str, list[float]] = defaultdict(list)
     same = items = 0.0
+    flags = []                        # figures no LLM judge decided are not the paper's: named rule_*
     for r in records:
         if not r.valid or r.task_key not in by_key:
             continue
+        if "judged" in r.score_parts:
+            flags.append(r.score_parts["judged"] == 1.0)
         s = by_key[r.task_key]
         scores = []
         ended_early = r.termination != "user_stop"          # a step or time limit, an agent error: 0 on every turn
@@ -286,13 +368,15 @@ def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out
     for s, scores in sessions:
         for g in ("all", f"L{s.tier}", s.scenario):
             groups[g].append(scores)
+    judged = bool(flags) and all(flags)
+    name = "" if judged else "rule_"
     table = Table(title=f"PhysAssistBench over {k} trials per session ({'explicit' if explicit else 'implicit'} "
-                        "questions)")
+                        "questions)" + ("" if judged else "; no LLM judge: the rule grader's figures, not the paper's"))
     for col in ("group", "sessions", "mRS", "@T.60", "@S.60", "@T.75", "@S.75"):
         table.add_column(col, justify="left" if col == "group" else "right")
     for g in sorted(groups, key=lambda g: (g != "all", not g.startswith("L"), g)):
         values = groups[g]
-        prefix = "" if g == "all" else f"{g}/"
+        prefix = ("" if g == "all" else f"{g}/") + name
         metrics[f"{prefix}mRS"] = 100 * sum(sum(v) / len(v) for v in values) / len(values)
         flat = [x for v in values for x in v]
         for tau in THRESHOLDS:
@@ -325,5 +409,6 @@ def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out
         curve = [100 * sum(all(x >= tau for x in v) for _, v in sessions) / len(sessions) for tau in taus]
         files.append(threshold_curve(taus, curve, out_dir / "pass_session_by_threshold.png",
                                      "Pass@Session against the threshold", "tau", "sessions passing (percent)"))
-    headline = {m: metrics[m] for m in ("mRS", "pass_session_60", "pass_session_75") if m in metrics}
+    headline = {m: metrics[m] for m in (f"{name}mRS", f"{name}pass_session_60", f"{name}pass_session_75")
+                if m in metrics}
     return Report(cap.get(), metrics, headline=headline, files=files)

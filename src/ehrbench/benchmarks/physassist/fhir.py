@@ -190,8 +190,12 @@ def _dose(text: str) -> dict:
     return {"doseAndRate": [{"doseQuantity": {**quantity, **({"unit": m.group(2).strip()} if m.group(2) else {})}}]}
 
 
+ID_PREFIX = {"MedicationRequest.create": "MR", "ServiceRequest.create": "SR", "Flag.create": "FL"}
+
+
 def write_resource(name: str, arguments: dict, subject_id: int, current_date: str, serial: int) -> dict:
-    """The FHIR resource a write tool creates (not yet validated); its id names the session's n-th write."""
+    """The FHIR resource a write tool creates, before any validation (`run_write`); its id names the session's n-th
+    write."""
     a = clean_arguments(name, arguments)
     schema = next(s for s in SCHEMAS if s["name"] == name)["parameters"]
     missing = [f for f in schema.get("required", []) if a.get(f) in (None, "")]
@@ -203,8 +207,7 @@ def write_resource(name: str, arguments: dict, subject_id: int, current_date: st
     if _int(a["subject_id"], "subject_id") != subject_id:
         raise ValueError(f"subject_id {a['subject_id']!r} is not this session's patient ({subject_id})")
     subject = {"reference": f"Patient/{subject_id}"}
-    ident = {"MedicationRequest.create": "MR", "ServiceRequest.create": "SR", "Flag.create": "FL"}[name]
-    resource_id = f"{ident}-sim-{subject_id}-{serial}"
+    resource_id = f"{ID_PREFIX[name]}-sim-{subject_id}-{serial}"
     if name == "MedicationRequest.create":
         dose, route, frequency = str(a["dose"]), str(a["route"]), str(a["frequency"])
         out = {"resourceType": "MedicationRequest", "id": resource_id, "status": "active", "intent": "order",
@@ -251,10 +254,18 @@ def validate(resource: dict) -> dict:
         raise ValueError(f"not a valid FHIR R4B {resource['resourceType']}: {fields}") from None
 
 
-def run_write(name: str, arguments: dict, subject_id: int, current_date: str, serial: int) -> dict:
-    """A write tool's answer: the created resource, or an OperationOutcome saying what to fix."""
+def run_write(name: str, arguments: dict, subject_id: int, current_date: str, serial: int,
+              validated: bool = False) -> dict:
+    """A write tool's answer. The original's (`_exec_write_tool`): always a created resource, nothing checked (an
+    argument missing or out of its value set is written as given). `validated` (ehrbench's opt-in): the resource
+    as FHIR R4B reads it back, or an OperationOutcome saying what to fix."""
     try:
-        return validate(write_resource(name, arguments, subject_id, current_date, serial))
+        resource = write_resource(name, arguments, subject_id, current_date, serial)
+        return validate(resource) if validated else resource
     except (ValueError, TypeError) as e:
+        if not validated:
+            kind = name.split(".")[0]
+            return {"resourceType": kind, "id": f"{ID_PREFIX[name]}-sim-{subject_id}-{serial}", "status": "active",
+                    "_arguments": {k: v for k, v in (arguments or {}).items() if k != "subject_id"}}
         return {"resourceType": "OperationOutcome",
                 "issue": [{"severity": "error", "code": "invalid", "diagnostics": f"{name}: {e}"}]}

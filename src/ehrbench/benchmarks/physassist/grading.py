@@ -185,17 +185,24 @@ def _to01(value) -> int:
     return int(str(value).strip().lower() in ("1", "true", "yes", "y", "pass"))
 
 
-def read_verdict(text: str | None, n: int, coerce=None) -> tuple[list[int], list[str]] | None:
+def read_verdict(text: str | None, n: int, coerce=None, lists: bool = True) -> tuple[list[int], list[str]] | None:
     """The judge's scores and reasons for n items (padded with NO, or cut, to n), or None when it is not JSON.
-    `coerce` reads one score: `_to01` (score_turn_rubric's) by default; the write-turn judge's is `int(bool(s))`."""
+    `coerce` reads one score: `_to01` (score_turn_rubric's) by default; the write-turn judge's is `int(bool(s))`.
+    `lists=False` (the write-turn judge's `score_action_turn`, which calls `.get` on the reply): a bare JSON list
+    is unreadable, None, as the original's AttributeError leaves the turn unscored."""
     coerce = coerce or _to01
-    verdict = parse_json_object(text)
+    try:                                    # extract_json's first step: the whole reply as JSON
+        verdict = json.loads((text or "").strip())
+    except json.JSONDecodeError:
+        verdict = parse_json_object(text)
     if verdict is None:
         match = re.search(r"\[.*\]", text or "", re.S)
         try:
             verdict = json.loads(match.group(0)) if match else None
         except json.JSONDecodeError:
             verdict = None
+    if isinstance(verdict, list) and not lists:
+        return None
     if isinstance(verdict, list):
         if verdict and all(isinstance(v, dict) for v in verdict):
             verdict = {"scores": [v.get("score", v.get("pass", 0)) for v in verdict],
@@ -222,7 +229,9 @@ class Judge:
         text = (await self.model.complete(ChatRequest([Message("user", user)], system=system,
                                                       temperature=self.temperature,
                                                       max_tokens=2000 if turn.kind == "WU" else 4000))).text
-        verdict = read_verdict(text, len(turn.items), (lambda s: int(bool(s))) if turn.kind == "WU" else None)
+        write_turn = turn.kind == "WU"
+        verdict = read_verdict(text, len(turn.items), (lambda s: int(bool(s))) if write_turn else None,
+                               lists=not write_turn)
         if verdict is None:
             return None, [f"unreadable judge verdict: {(text or '')[:1000]}"]
         return verdict

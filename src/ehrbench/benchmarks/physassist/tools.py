@@ -92,9 +92,11 @@ class FhirRecords:
 class SessionTools:
     """The 18 tools of one session. Writes are kept here (`writes`): the session's orders, never the record's."""
 
-    def __init__(self, records, subject_id: int, current_date: str, session_id: str):
+    def __init__(self, records, subject_id: int, current_date: str, session_id: str, validate_writes: bool = False,
+                 original_arguments: bool = True):
         self.records, self.subject_id, self.current_date = records, subject_id, current_date
-        self.session_id = session_id
+        self.session_id, self.validate_writes = session_id, validate_writes
+        self.original_arguments = original_arguments
         self.people = None
         self.writes: list[dict] = []
 
@@ -109,7 +111,8 @@ class SessionTools:
         if name == "prepare_to_answer":
             return {"status": "ready", "answer_type": arguments.get("answer_type", "tool")}
         if name in WRITES:
-            created = run_write(name, arguments, self.subject_id, self.current_date, len(self.writes) + 1)
+            created = run_write(name, arguments, self.subject_id, self.current_date, len(self.writes) + 1,
+                                self.validate_writes)
             if created.get("resourceType") != "OperationOutcome":
                 self.writes.append(created)
             return created
@@ -120,6 +123,11 @@ class SessionTools:
                      "session_id": self.session_id}           # the original overwrites both with the session's
             return {"patient_response": await self.people.answer_tool(name, asked)}
         if name in SEARCHES:
+            if self.original_arguments and "subject_id" not in arguments:
+                # the original injects no subject_id into EHR tools: Python's signature check refuses the call
+                return {"error": f"Bad arguments for {name}: " + (
+                    "fhir_patient_read() missing 1 required positional argument: 'subject_id'"
+                    if name == "Patient.read" else "missing a required argument: 'subject_id'")}
             return await self.records.search(self.subject_id, name, arguments, self.current_date)
         return {"error": f"Unknown tool: {name}"}
 
