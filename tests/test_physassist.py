@@ -151,6 +151,40 @@ def test_with_write_validation_writes_are_validated_fhir_kept_with_the_session_a
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
 
 
+def test_the_original_replay_hands_out_stored_replies_per_tool_in_order_whatever_is_asked():
+    """PatientAgentRuntime._get_preloaded: per tool, in file order, cycling; the arguments play no part; a persona
+    whose literacy is not "high" uses up two replies a call (the j-th call shows reply 2j mod n); a tool with no
+    stored reply gets the original's rule-based fallback (or the live patient)."""
+    from types import SimpleNamespace
+
+    from ehrbench.benchmarks.physassist.patient import FALLBACK, OriginalReplay, stored_replies
+
+    def said(tool, high, low):
+        return {"action": {"name": tool, "arguments": {"drug": "x"}},
+                "observation": {"patient_response": high, "patient_responses_all_literacy": {"high": high,
+                                                                                              "low": low}}}
+    adherence, pain = "patient.get_medication_adherence", "patient.get_pain_assessment"
+    session = SimpleNamespace(raw={"answer_list": [
+        [said(adherence, "A1", "a1"), {"action": {"name": "prepare_to_answer"}, "observation": "gold"}],
+        [said(pain, "P1", "p1"), said(adherence, "A2", "a2"), said(adherence, "A3", "a3")]]})
+    replies = stored_replies(session, "high")
+    assert replies == {adherence: ["A1", "A2", "A3"], pain: ["P1"]}
+    assert stored_replies(session, "low")[adherence] == ["a1", "a2", "a3"]
+    high = OriginalReplay(replies, "high")
+    assert [run(high.answer(adherence, {"drug": d})) for d in ("y", "z", "", "x")] == ["A1", "A2", "A3", "A1"]
+    low = OriginalReplay(replies, "low")
+    assert [run(low.answer(adherence, {})) for _ in range(3)] == ["A1", "A3", "A2"]
+    assert run(low.answer(pain, {})) == "P1" and run(low.answer(pain, {})) == "P1"
+    assert run(high.answer("patient.get_social_history", {})) == "I've been managing as best I can. It's been " \
+                                                                 "difficult."
+    assert run(OriginalReplay({}, "high").answer(adherence, {})) == FALLBACK["get_medication_adherence"]
+
+    class Live:
+        async def answer(self, tool, arguments):
+            return "live words"
+    assert run(OriginalReplay(replies, "high", Live()).answer("patient.get_functional_status", {})) == "live words"
+
+
 def test_the_patient_admits_a_withheld_fact_only_when_its_drug_is_named():
     def answer(tool, topic, high, withheld=False):
         return {"tool": tool, "topic": topic, "withheld": withheld,
@@ -280,9 +314,11 @@ def test_the_contract_s_opt_ins_are_recorded_and_bad_values_named():
     assert not original.write_validation() and original.default_grader == "gpt-5-mini"
     ehrbench = PhysAssistBenchmark({**conf, "contract": "ehrbench"})
     assert ehrbench.call_cap() == 16 and ehrbench.write_validation()
-    assert [d.split(" ")[0] for d in ehrbench.contract()[1]] == ["write_validation=true", "call_cap=16"]
+    assert [d.split(" ")[0] for d in ehrbench.contract()[1]] == ["write_validation=true", "call_cap=16",
+                                                                 "patient_replay=topic"]
     assert PhysAssistBenchmark({**conf, "task_set": "medagent"}).default_grader is None
     for field, value, says in (("contract", "paper", "original .* or ehrbench"), ("grading", "judge2", "rules"),
+                               ("patient_replay", "live", "original .* topic"),
                                ("call_cap", 0, "integer >= 1"), ("write_validation", "yes", "true, false or null")):
         with pytest.raises(ConfigurationError, match=rf"benchmark.{field}="):
             PhysAssistBenchmark({**conf, field: value}).check()
@@ -456,6 +492,7 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
         store = mlflow_store(tmp_path / "mlruns")
         out = _main(["benchmark=physassist", "benchmark.scenarios=[" + session.scenario + "]", "trials=1",
                      "model=gpt-4o", f"model.base_url={server.url}/v1", "user=gemini-2.0-flash",
+                     "benchmark.patient_replay=topic",
                      f"+user.model.base_url={server.url}", "grader=gemini-2.5-flash",
                      f"+grader.model.base_url={server.url}", "validator=none", "runtime.user_simulators=1",
                      f"tracking.root={store}",

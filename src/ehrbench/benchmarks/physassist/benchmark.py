@@ -35,7 +35,8 @@ from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from .agent import PhysAssistAgent, ReferenceAgent
 from .grading import Judge, rule_grade, turn_score, turn_work
-from .patient import LlmPatient, PatientFacts, ReplayedPatient, SessionPeople, literacy_for
+from .patient import (LlmPatient, OriginalReplay, PatientFacts, ReplayedPatient, SessionPeople, literacy_for,
+                      stored_replies)
 from .sessions import SCENARIOS, Session, load_sessions
 
 DB = "mimic_iv"
@@ -96,6 +97,9 @@ class PhysAssistBenchmark(Benchmark):
         if o.get("grading", "judge") not in ("judge", "rules"):
             raise ConfigurationError(f"benchmark.grading={o.get('grading')!r}: judge (the paper's, grader=auto) or "
                                      "rules (ehrbench's rule grader alone, logged as rule_mRS ...)")
+        if o.get("patient_replay") not in (None, "original", "topic"):
+            raise ConfigurationError(f"benchmark.patient_replay={o.get('patient_replay')!r}: null (the contract's), "
+                                     "original (stored replies per tool, in order) or topic (ehrbench's)")
         for name in ("write_validation",):
             if o.get(name) is not None and not isinstance(o.get(name), bool):
                 raise ConfigurationError(f"benchmark.{name}={o.get(name)!r}: true, false or null (the contract's)")
@@ -118,6 +122,9 @@ class PhysAssistBenchmark(Benchmark):
     def call_cap(self) -> int | None:
         return self._opt("call_cap", 16, None)
 
+    def patient_replay(self) -> str:
+        return str(self._opt("patient_replay", "topic", "original"))
+
     def contract(self) -> tuple[str, list[str]]:
         """The contract and what departs from the authors' code in this run."""
         departures = []
@@ -127,6 +134,9 @@ class PhysAssistBenchmark(Benchmark):
         if self.call_cap() is not None:
             departures.append(f"call_cap={self.call_cap()} (tool calls per turn capped; the code allows 8 rounds of "
                               "any number)")
+        if self.patient_replay() != "original":
+            departures.append("patient_replay=topic (the patient answers what is asked, by topic; the original "
+                              "replays stored replies per tool in order)")
         if self.options.get("grading", "judge") == "rules":
             departures.append("grading=rules (no LLM judge: rule_mRS, rule_pass_*)")
         if self.options.get("max_tokens") is not None:
@@ -209,10 +219,14 @@ class PhysAssistBenchmark(Benchmark):
         if self.medagent:
             return None                          # one question; the FHIR server answers by tool
         facts = PatientFacts(task.patient_answers)
-        if settings.user == "llm":
-            patient = LlmPatient(settings.model_for("user", meter), facts, task.persona, prompts(), seed)
+        live = LlmPatient(settings.model_for("user", meter), facts, task.persona, prompts(), seed) \
+            if settings.user == "llm" else None
+        literacy = literacy_for(task, self.options.get("patient_literacy", "high"))
+        if self.patient_replay() == "original":
+            patient = OriginalReplay(stored_replies(task, literacy), str(task.persona.get("health_literacy", "high")),
+                                     live)
         else:
-            patient = ReplayedPatient(facts, literacy_for(task, self.options.get("patient_literacy", "high")))
+            patient = live or ReplayedPatient(facts, literacy)
         return SessionPeople(task, bool(self.options.get("explicit", False)), patient,
                              ScriptedCall("user", meter, settings.user_latency_s) if settings.user != "llm" else None)
 

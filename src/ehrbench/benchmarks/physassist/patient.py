@@ -2,16 +2,28 @@
 interviews through the `patient.*` tools.
 
 The physician is scripted: the session's questions in order (implicit, or the explicit paraphrases for the
-ablation), one after each answer, and the conversation ends after the fourth. The patient answers from facts taken
-from the record (`patient_answers`: per tool and topic, three literacy variants of the same facts):
-- replayed (the default, deterministic): the stored variant at the run's literacy (the original locks it to "high";
+ablation), one after each answer, and the conversation ends after the fourth.
+
+The patient, under `benchmark.patient_replay=original` (the contract's default), is the original's replay
+(`OriginalReplay`: eval_runner's preload and `PatientAgentRuntime._get_preloaded`): the stored replies of the
+session's gold interview calls, bucketed by tool in file order, at the run's literacy variant, handed out in order
+per tool and cycling, whatever the agent asks; a persona whose literacy is not "high" uses up a second stored reply
+per call (the original reruns the call as "high" to build its literacy variants); a tool with no stored reply is
+answered live (`user=` an LLM: the patient prompt below) or, with the scripted user, by the original's own
+rule-based fallback.
+
+ehrbench's topic replay (`patient_replay=topic`, `contract=ehrbench`) answers from facts taken from the record
+(`patient_answers`: per tool and topic, three literacy variants of the same facts):
+- replayed (deterministic): the stored variant at the run's literacy (the original locks it to "high";
   `benchmark.patient_literacy=persona` uses the session persona's);
 - live (`user=` an LLM): the original's patient prompt, in character for the persona, given only the facts the
   replay would release, at temperature 0.7.
 A withheld fact (a `critical_withheld` persona's non-adherence) is released only when the agent names its drug, and
-stays released for the rest of the session (the original releases on any drug name; ehrbench needs the right one).
+stays released for the rest of the session.
 """
 from __future__ import annotations
+
+from collections import defaultdict
 
 from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
@@ -111,6 +123,53 @@ class LlmPatient:
         reply = await self.model.complete(ChatRequest([Message("user", prompt)], system=self.system(),
                                                       temperature=0.7, max_tokens=300, seed=self.seed))
         return (reply.text or "").strip() or NOT_SURE
+
+
+# PatientAgentRuntime._fallback_response (English, no PHM nodes): what the original says when its LLM is unavailable
+FALLBACK = {"get_chief_complaint": "I haven't been feeling well lately, so the doctor sent me in.",
+            "get_medication_adherence": "I try to take my medications but I'll be honest, I've missed some doses.",
+            "get_pain_assessment": "I've been having some pain, maybe a 5 out of 10."}
+FALLBACK_OTHER = "I've been managing as best I can. It's been difficult."
+
+
+def stored_replies(session: Session, literacy: str) -> dict[str, list[str]]:
+    """eval_runner's preload: every gold action whose observation holds a `patient_response`, bucketed by tool in
+    file order, each replaced by its `patient_responses_all_literacy[literacy]` variant where there is one."""
+    buckets: dict[str, list[str]] = defaultdict(list)
+    for actions in session.raw.get("answer_list") or []:
+        for a in actions or []:
+            obs = a.get("observation") if isinstance(a, dict) else None
+            if isinstance(obs, dict) and "patient_response" in obs:
+                variants = obs.get("patient_responses_all_literacy")
+                text = variants.get(literacy, obs["patient_response"]) if isinstance(variants, dict) \
+                    else obs["patient_response"]
+                buckets[str((a.get("action") or a).get("name", ""))].append(str(text))
+    return dict(buckets)
+
+
+class OriginalReplay:
+    """The original's patient in evaluation: stored replies per tool, in order, cycling; arguments play no part."""
+
+    def __init__(self, replies: dict[str, list[str]], persona_literacy: str, live=None):
+        self.replies, self.used = replies, defaultdict(int)
+        self.extra = persona_literacy != "high"      # the "high" rerun uses up the next reply of the same tool
+        self.live = live                             # a tool with no stored reply: the LLM patient, if any
+
+    def _next(self, tool: str) -> str:
+        bucket = self.replies[tool]
+        reply = bucket[self.used[tool] % len(bucket)]
+        self.used[tool] += 1
+        return reply
+
+    async def answer(self, tool: str, arguments: dict) -> str:
+        if not self.replies.get(tool):
+            if self.live is not None:
+                return await self.live.answer(tool, arguments)
+            return FALLBACK.get(QUERIES.get(tool, tool), FALLBACK_OTHER)
+        reply = self._next(tool)
+        if self.extra:
+            self._next(tool)
+        return reply
 
 
 class SessionPeople:
