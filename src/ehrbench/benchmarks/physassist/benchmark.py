@@ -372,7 +372,7 @@ def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out
             if value is None:                                 # its judgement failed: left out, as the original
                 continue
             scores.append(value)
-            for g in (t.kind, f"subtype/{t.subtype or 'T0'}", f"source/{t.tool_source}"):
+            for g in (t.kind, f"subtype/{t.subtype or 'Explicit'}", f"source/{t.tool_source}"):
                 turns[g].append(value)
         same, items = same + r.score_parts.get("agreement/same", 0.0), items + r.score_parts.get("agreement/items", 0.0)
         if scores:
