@@ -535,6 +535,117 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     assert not any(a.name.startswith("T1/") and a.name.endswith("/judge") for a in judge)
 
 
+# ---- the self-check: the reference checks what it reads; mutants with scores computed on paper ------------------
+
+def _session_trial(small, session, agent=None, **options):
+    """One session through the benchmark's own tools, people and scorer, in this process (rule grader, the
+    original contract unless `options` say otherwise)."""
+    import yaml
+    from dataclasses import replace
+
+    from ehrbench.benchmark import Hosts, TrialSettings
+    from ehrbench.benchmarks.physassist.benchmark import PhysAssistBenchmark
+    from ehrbench.llm.usage import UsageMeter
+    from ehrbench.trial import Limits, run_trial
+
+    conf = {**yaml.safe_load((ROOT / "conf" / "benchmark" / "physassist.yaml").read_text()), **options}
+    bench = PhysAssistBenchmark(conf)
+    session = replace(session, folder=str(small["folder"]))
+    settings = TrialSettings(benchmark="physassist", benchmark_options=conf, agent="reference", user="scripted")
+    meter = UsageMeter()
+    episode = bench.episode(session, 0, Hosts({}, None), settings, meter, 0)
+    people = bench.user(session, settings, meter, 0, [])
+    episode.tools.attach_user(people)
+    return run(run_trial(session.key, 0, agent or episode.agent, people, episode.tools, episode.score,
+                         Limits(max_steps=400)))
+
+
+def test_the_reference_answers_only_when_every_live_result_is_the_stored_one(small):
+    """The check can fail: a stored bundle changed in the session file makes the reference say so instead of the
+    gold answer, and the rule grader fails that turn; the untouched session scores 1 on every turn."""
+    import copy
+    from dataclasses import replace
+
+    s = next(x for x in small["sessions"] if any(a["name"].endswith(".search") for a in x.turns[0].gold_actions))
+    record = _session_trial(small, s)
+    assert [record.score_parts[f"T{i}/r"] for i in range(4)] == [1.0] * 4
+    raw = copy.deepcopy(s.raw)
+    step = next(a for a in raw["answer_list"][0] if a["action"]["name"].endswith(".search"))
+    step["observation"] = {"resourceType": "Bundle", "type": "searchset", "total": 0, "entry": []}
+    record = _session_trial(small, replace(s, raw=raw))
+    answers = [m["content"] for m in record.messages if m["role"] == "assistant" and not m.get("tool_call")]
+    assert answers[0].startswith("The tools disagree with the session file: ")
+    assert record.score_parts["T0/r"] < 1.0 and record.score_parts["T1/r"] == 1.0
+
+
+def test_the_shipped_sessions_every_gold_result_as_stored_through_ray_and_mlflow(ray_cluster, tmp_path, shared_world):
+    """The project's 108 sessions on the world they were written from: the reference checks every gold action's
+    live result against the stored one before answering, so rule_mRS 100 on all of them says they all match."""
+    store = mlflow_store(tmp_path / "mlruns")
+    out = _main(["benchmark=physassist", "trials=1", "data.dictionary=used", f"data.root={shared_world / 'gen'}",
+                 f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
+                 f"hydra.run.dir={tmp_path / 'out'}"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    [run_] = mlflow.search_runs(experiment_names=["physassist"], output_format="list")
+    m = run_.data.metrics
+    assert m["sessions_scored"] == 108 and m["rule_mRS"] == 100.0 and m["rule_pass_session_75"] == 100.0
+
+
+def test_mutants_score_what_the_rule_checks_say_on_paper(small):
+    """Scripted models with one defect each, through the real agent loop, tools, patient and rule grader. Expected
+    per turn from the check kinds alone (an answer that says nothing passes only `absent` items, and `write_absent`
+    ones when it writes nothing; a silent write turn likewise): mRS and Pass@Session follow by their formulas."""
+    from ehrbench.benchmarks.physassist.benchmark import session_report
+    from ehrbench.llm.base import ChatResponse
+    from ehrbench.trial import InfrastructureError
+
+    def silent_score(turn):             # no text, no write call: what passes on paper
+        kinds = [(c or {}).get("kind") for c in turn.checks]
+        return sum(k == "absent" or (k == "write_absent") for k in kinds) / len(kinds)
+
+    class Model:
+        def __init__(self, replies):
+            self.replies = list(replies)
+
+        async def complete(self, request):
+            reply = self.replies.pop(0) if self.replies else ChatResponse("")
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+
+    refused = InfrastructureError("HTTP 400: context too long", agent_caused=True)
+    checked = [x for x in small["sessions"] if all(c for t in x.turns for c in t.checks)]
+    writes = [x for x in checked if x.turns[3].kind == "WU"][:2]
+    warned = [x for x in checked if x not in writes and any((c or {}).get("kind") == "absent"
+                                                            for t in x.turns for c in t.checks)][:2]
+    sessions = writes + warned
+    assert len(sessions) == 4 and any(0 < silent_score(t) for x in sessions for t in x.turns)
+    mutants = {   # name: (model replies for the whole session, expected r per turn)
+        "silent (three empty nudges a turn)": (lambda s: [ChatResponse("")] * 16,
+                                               lambda s: [silent_score(t) for t in s.turns]),
+        "every request refused": (lambda s: [refused] * 8,
+                                  lambda s: [silent_score(t) for t in s.turns]),
+        "the gold answers, never a call": (lambda s: [ChatResponse(t.gold_answer) for t in s.turns],
+                                           lambda s: [1.0 if t.kind != "WU" else silent_score(t) for t in s.turns]),
+    }
+    for name, (replies, expected) in mutants.items():
+        records, wanted = [], []
+        for s in sessions:
+            agent = PhysAssistAgent(Model(replies(s)), s, prompts())
+            record = _session_trial(small, s, agent)
+            assert record.termination == "user_stop", (name, record.termination)
+            got = [record.score_parts[f"T{i}/r"] for i in range(4)]
+            assert got == pytest.approx(expected(s)), (name, s.key)
+            records.append(record)
+            wanted.append(expected(s))
+        report = session_report(records, sessions, 1, small["root"] / "mutants", False)
+        mrs = 100 * sum(sum(w) / len(w) for w in wanted) / len(wanted)
+        at60 = 100 * sum(all(x >= 0.6 for x in w) for w in wanted) / len(wanted)
+        assert report.metrics["rule_mRS"] == pytest.approx(mrs) and report.metrics["rule_pass_session_60"] == \
+            pytest.approx(at60), name
+
+
 # ---- the MedAgentBench-style set ----------------------------------------------------------------------------------
 
 def _medagent(small):

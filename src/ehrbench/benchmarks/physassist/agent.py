@@ -10,8 +10,9 @@ message asks for the answer in plain text, the tools sent with `tool_choice="non
 provider refuses gives "[Error generating final answer]", which is judged like any answer, and the session goes
 on. Provider outages (429, 5xx) are retried by the client and then re-run the trial, as infrastructure.
 
-`ReferenceAgent` replays each turn's gold actions (reads, interview calls, writes, `prepare_to_answer`) and answers
-with the gold answer, which satisfies every rubric item: the harness's self-check (mRS 100 with the rule grader).
+`ReferenceAgent` replays each turn's gold actions (reads, interview calls, writes, `prepare_to_answer`), checks
+that every result is the one the session file stored, and only then answers with the gold answer (written from
+those results), which satisfies every rubric item: the harness's self-check (rule_mRS 100 with the rule grader).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ...llm.base import ChatRequest, ModelTurnError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import MeteredModel
 from ...trial import InfrastructureError, Message, ToolCall
+from .compact import compact
 from .fhir import api_name, canonical, model_tools
 from .sessions import Session
 
@@ -112,7 +114,11 @@ class PhysAssistAgent:
 
 
 class ReferenceAgent:
-    """The gold actions of each turn, then its gold answer."""
+    """The self-check's agent: each turn's gold actions through the tools, then a check that what they returned is
+    what the session file stored for them (a record search exactly, as the model sees it; an interview reply one of
+    that tool's stored replies; a write created), and only then the gold answer, which was written from those very
+    results. A result that differs is answered with what differed, which the graders fail: a reference at 100 on
+    the shipped sessions means every gold action's live result equals its stored one."""
 
     def __init__(self, session: Session, call: ScriptedCall):
         self.session, self.call = session, call
@@ -128,4 +134,35 @@ class ReferenceAgent:
                     **action["arguments"]} if action["name"].startswith("patient.") else dict(action["arguments"])
             return Message("assistant", None, tool_call=ToolCall(api_name(action["name"]), args,
                                                                  f"gold_{turn}_{done}"))
+        differs = self.differences(min(turn, len(self.session.turns) - 1), since)
+        if differs:
+            return Message("assistant", f"The tools disagree with the session file: {differs[0]}")
         return Message("assistant", gold.gold_answer)
+
+    def differences(self, turn: int, since: list[Message]) -> list[str]:
+        """Each gold call of this turn whose live result is not the stored one."""
+        results = {m.tool_call_id: m.content or "" for m in since if m.role == "tool"}
+        calls = [m.tool_call for m in since if m.is_tool_call]
+        stored = (self.session.raw.get("answer_list") or [])[turn] if self.session.raw else []
+        replies: dict[str, set[str]] = {}
+        for actions in self.session.raw.get("answer_list") or []:
+            for step in actions:
+                obs = step.get("observation")
+                if isinstance(obs, dict) and "patient_response" in obs:
+                    texts = [obs["patient_response"], *(obs.get("patient_responses_all_literacy") or {}).values()]
+                    replies.setdefault(step["action"]["name"], set()).update(
+                        compact({"patient_response": t}) for t in texts)
+        out = []
+        for call, step in zip(calls, stored):
+            name, seen = canonical(call.name), results.get(call.id, "")
+            if name == "prepare_to_answer":
+                continue
+            if name.startswith("patient."):
+                ok = seen in replies.get(name, set())
+            elif name.endswith(".create"):
+                ok = seen.startswith(f"{name.split('.')[0]} created:")
+            else:
+                ok = seen == compact(step.get("observation"))
+            if not ok:
+                out.append(f"{name} returned {seen[:300]!r}")
+        return out
