@@ -698,7 +698,7 @@ def test_medagent_references_follow_from_what_the_gets_return(small):
         for resource, column, table in (("MedicationRequest", "starttime", "prescriptions"),
                                         ("Condition", None, "diagnoses_icd")):
             shown = _bundle_of(run(tools.call("GET", {"url": f"{t.ref['steps'][0].split()[1].split('?')[0].rsplit('/', 1)[0]}"
-                                                            f"/{resource}?patient={t.mrn}"})))["entry"]
+                                                            f"/{resource}?patient={t.mrn}&_count=5000"})))["entry"]
             if column:
                 known = record.rows(f"SELECT COUNT(*) AS n FROM {table} WHERE REPLACE({column}, ' ', 'T') <= ?",
                                     (t.now[:19],))[0]["n"]
@@ -737,6 +737,31 @@ def _parses(text):
         return False
 
 
+def test_gets_are_paged_sorted_and_counted_as_hapi_answers_them(small):
+    """Without `_count` a page of 20 with a `next` link, whose GET gives the rest; `_sort=-date` newest first; an
+    Observation search without a code finds every Observation of the patient (HAPI's, not nothing)."""
+    from ehrbench.benchmarks.physassist.medagent import API_BASE, MedAgentTools
+
+    records = InProcess(FhirRecords(small["folder"]))
+    task = max((t for t in _medagent(small) if t.mrn), key=lambda t: len(_bundle_of(run(MedAgentTools(
+        records, t).call("GET", {"url": f"{API_BASE}Observation?patient={t.mrn}&_count=5000"})))["entry"]))
+    tools = MedAgentTools(records, task)
+    every = _bundle_of(run(tools.call("GET", {"url": f"{API_BASE}Observation?patient={task.mrn}&_count=5000"})))
+    assert len(every["entry"]) > 20 and "link" not in every
+    first = _bundle_of(run(tools.call("GET", {"url": f"{API_BASE}Observation?patient={task.mrn}"})))
+    assert first["entry"] == every["entry"][:20] and first["total"] == len(every["entry"])
+    rest = []
+    page = first
+    while "link" in page:
+        page = _bundle_of(run(tools.call("GET", {"url": page["link"][0]["url"]})))
+        rest += page["entry"]
+    assert first["entry"] + rest == every["entry"]
+    newest = _bundle_of(run(tools.call("GET", {"url": f"{API_BASE}Observation?patient={task.mrn}&_sort=-date"
+                                                      "&_count=3"})))["entry"]
+    dates = sorted((e["resource"]["effectiveDateTime"] for e in every["entry"]), reverse=True)
+    assert [e["resource"]["effectiveDateTime"] for e in newest] == dates[:3]
+
+
 def test_refsol_passes_the_reference_and_fails_each_kind_of_mistake(small):
     from ehrbench.benchmarks.physassist.refsol import grade
 
@@ -757,6 +782,27 @@ def test_refsol_passes_the_reference_and_fails_each_kind_of_mistake(small):
         payload["subject"] = {"reference": "Patient/1"}
         assert grade(t, _record_of(t, gets + [f"{first}\n{json.dumps(payload)}"] + posts[1:] + [finish]))[0] is False
         assert grade(t, _record_of(t, gets + [first + "\n{not json"] + posts[1:] + [finish]))[0] is False
+        # fenced: the harness strips the fences and accepts it, the grader reads the raw reply and cannot
+        fenced = [f"```\n{p}\n```" for p in posts]
+        record = _record_of(t, gets + fenced + [finish])
+        assert any(str(m.get("content", "")).startswith("POST request accepted") for m in record.messages)
+        assert grade(t, record)[0] is False
+        slash = [p.replace(f"\n", "/\n", 1) for p in posts]                 # {base}Observation/ is not the url
+        assert grade(t, _record_of(t, gets + slash + [finish]))[0] is False
+    task3 = next(t for t in tasks if t.category == "task3")
+    first, _, body = next(s for s in task3.ref["steps"] if s.startswith("POST")).partition("\n")
+    payload = json.loads(body)
+    payload["category"][0]["text"] = "Vital Signs"           # extra keys beside the one coding: still its category
+    assert grade(task3, _record_of(task3, [f"{first}\n{json.dumps(payload)}",
+                                           f"FINISH({json.dumps(task3.ref['answer'])})"]))[0] is True
+    low = next(t for t in tasks if t.category == "task9" and len(t.ref["steps"]) == 3)
+    gets, mr, sr = low.ref["steps"]                            # a string dose: the original's TypeError, a failure
+    head, _, body = mr.partition("\n")
+    payload = json.loads(body)
+    dose = payload["dosageInstruction"][0]["doseAndRate"][0]["doseQuantity"]
+    dose["value"] = str(dose["value"])
+    assert grade(low, _record_of(low, [gets, f"{head}\n{json.dumps(payload)}", sr,
+                                       f"FINISH({json.dumps(low.ref['answer'])})"]))[0] is False
     query = next(t for t in tasks if t.category == "task4")
     gets, finish = query.ref["steps"], f"FINISH({json.dumps(query.ref['answer'])})"
     assert grade(query, _record_of(query, gets + ["POST http://localhost:8080/fhir/Observation\n{oops", finish]))[

@@ -17,11 +17,12 @@ authoring through the same searches), so grading (`refsol`) needs no server: Med
 """
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from ...benchmark import TaskFileError, read_json_records
 from ...llm.base import ChatRequest
@@ -128,8 +129,41 @@ def _date_filter(values: list[str], moment: str) -> bool:
     return True
 
 
+PAGE_SIZE = 20         # HAPI FHIR JPA server's default_page_size (the MedAgentBench image's config is not public)
+
+
 def search(records, resource: str, params: dict[str, list[str]], now: str) -> dict:
-    """One GET on the world (`records`: a `tools.FhirRecords`), nothing after `now`; a Bundle, as HAPI answers."""
+    """One GET as HAPI answers it: the search (`find`), sorted by `_sort` (date / -date), one page of `_count`
+    (default PAGE_SIZE) with a `next` link while more remain; a `next` link's GET (`_getpages`) is the next page."""
+    if params.get("_getpages"):
+        try:
+            resource, query = base64.urlsafe_b64decode(params["_getpages"][0].encode()).decode().split("?", 1)
+        except (ValueError, UnicodeDecodeError):
+            raise ValueError(f"_getpages={params['_getpages'][0]!r} is not a page of this server") from None
+        return search(records, resource, {**parse_qs(query), "_getpagesoffset": params.get("_getpagesoffset", ["0"]),
+                                          "_count": params.get("_count", [str(PAGE_SIZE)])}, now)
+    found = find(records, resource, params, now)
+    entries = found["entry"]
+    order = (params.get("_sort") or [""])[0]
+    if order.lstrip("-") == "date":
+        entries = sorted(entries, key=lambda e: e["resource"].get("effectiveDateTime") or
+                         e["resource"].get("authoredOn") or "", reverse=order.startswith("-"))
+    try:
+        count = max(0, int((params.get("_count") or [PAGE_SIZE])[0]))
+        offset = max(0, int((params.get("_getpagesoffset") or [0])[0]))
+    except ValueError:
+        raise ValueError("_count and _getpagesoffset must be integers") from None
+    page = {**found, "entry": entries[offset:offset + count]}
+    if offset + count < len(entries):
+        query = urlencode([(k, v) for k, vs in params.items() if not k.startswith("_getpages") for v in vs])
+        token = base64.urlsafe_b64encode(f"{resource}?{query}".encode()).decode()
+        page["link"] = [{"relation": "next", "url": f"{API_BASE}?_getpages={token}&_getpagesoffset={offset + count}"
+                                                    f"&_count={count}&_format=json&_bundletype=searchset"}]
+    return page
+
+
+def find(records, resource: str, params: dict[str, list[str]], now: str) -> dict:
+    """Every match of one search on the world (`records`: a `tools.FhirRecords`), nothing after `now`."""
     one = lambda name: (params.get(name) or [None])[0]       # noqa: E731
     if resource == "Patient":
         found = [{k: v for k, v in p.items() if not (k == "deceasedDateTime" and iso(v) > now)}   # not known yet
@@ -145,6 +179,9 @@ def search(records, resource: str, params: dict[str, list[str]], now: str) -> di
         return adapter.bundle([], resource)
     if resource == "Observation" and one("category") == "vital-signs":
         found = adapter.vital_observations(record, None, None, 10_000)
+    elif resource == "Observation" and not one("code"):      # HAPI: every Observation of the patient
+        found = adapter.lab_observations(record, None, None, 100_000) + \
+            adapter.vital_observations(record, None, None, 10_000)
     elif resource == "Observation":
         label = CODES.get(str(one("code") or "").upper(), one("code"))
         found = [o for o in adapter.lab_observations(record, None, label, 100_000) if o["code"]["text"] == label]
@@ -211,12 +248,13 @@ class MedAgentTools:
 
 def parse_action(text: str) -> Message:
     """The model's reply as MedAgentBench reads it: a GET or POST call, or the final message (FINISH or invalid)."""
-    r = (text or "").strip().replace("```tool_code", "").replace("```", "").strip()
+    raw = text or ""                 # kept as sent: the grader reads the raw reply (`refsol.accepted_posts`)
+    r = raw.strip().replace("```tool_code", "").replace("```", "").strip()
     if r.startswith("GET"):
-        return Message("assistant", r, tool_call=ToolCall("GET", {"url": r[3:].strip()}))
+        return Message("assistant", raw, tool_call=ToolCall("GET", {"url": r[3:].strip()}))
     if r.startswith("POST"):
         first, _, rest = r.partition("\n")
-        return Message("assistant", r, tool_call=ToolCall("POST", {"url": first[4:].strip(), "payload": rest}))
+        return Message("assistant", raw, tool_call=ToolCall("POST", {"url": first[4:].strip(), "payload": rest}))
     return Message("assistant", r)
 
 
@@ -278,7 +316,8 @@ def _value(o: dict) -> float:
 
 
 def _get(resource: str, **params) -> str:
-    return f"GET {API_BASE}{resource}?" + "&".join(f"{k}={v}" for k, v in params.items())
+    """The reference's GET: every match in one page, as MedAgentBench's own graders ask (`_count=5000`)."""
+    return f"GET {API_BASE}{resource}?" + "&".join(f"{k}={v}" for k, v in {**params, "_count": 5000}.items())
 
 
 def _post(resource: str, payload: dict) -> str:

@@ -1,9 +1,11 @@
 """MedAgentBench's graders (`refsol.py`: one function per category) on ehrbench's stored references.
 
 A task passes only when the agent ended with FINISH (an invalid action or the round limit fails it); the answer is
-`json.loads` of what is inside FINISH(...). An order counts when the server accepted it (the next message says so;
-`url` and payload as the original's `extract_posts` reads them); "no order" means no agent message with POST in it
-at all, accepted or not (its `check_has_post`). Where the original re-queries its FHIR
+`json.loads` of what is inside FINISH(...). An order counts when the server accepted it (the next message says so),
+read as the original's `extract_posts` reads the agent's raw reply: the url is its first line after "POST", the
+payload the JSON of the lines after it; a reply it cannot read so (a POST inside ``` fences, which the harness
+accepted once it had stripped them) counts as no order. Its url must be `{base}<Resource>` exactly. "No order"
+means no agent message with POST in it at all, accepted or not (its `check_has_post`). Where the original re-queries its FHIR
 server for the truth, the reference stored with the task (computed through the same searches at authoring) stands
 in. Each check's failure is named (the trial's `medagent/why`).
 """
@@ -34,12 +36,18 @@ def has_post(record: TrialRecord) -> bool:
 
 
 def accepted_posts(record: TrialRecord) -> list[tuple[str, dict]]:
+    """The original's `extract_posts`, on the raw replies (fences and all)."""
     out, messages = [], record.messages
     for i, m in enumerate(messages):
-        call = m.get("tool_call")
-        if call and call["name"] == "POST" and i + 1 < len(messages) and \
-                str(messages[i + 1].get("content", "")).startswith(POST_OK[:20]):
-            out.append((call["arguments"].get("url", ""), json.loads(call["arguments"].get("payload", ""))))
+        text = m.get("content") or ""
+        if m["role"] != "assistant" or "POST" not in text or i + 1 >= len(messages) or \
+                POST_OK[:21] not in str(messages[i + 1].get("content") or ""):
+            continue
+        lines = text.split("\n")
+        try:
+            out.append((lines[0][4:].strip(), json.loads("\n".join(lines[1:]))))
+        except json.JSONDecodeError:          # the original's except: this POST is not counted
+            continue
     return out
 
 
@@ -53,7 +61,7 @@ def _check(condition: bool, why: str) -> None:
 
 
 def _url(url: str, resource: str) -> bool:
-    return url.rstrip("/") in (f"{API_BASE}{resource}", f"{API_BASE.rstrip('/')}/{resource}")
+    return url == f"{API_BASE}{resource}"
 
 
 def _subject(payload: dict, mrn) -> None:
@@ -95,8 +103,10 @@ def grade(task: MedTask, record: TrialRecord) -> tuple[bool, str]:
             url, p = posts[0]
             _check(_url(url, "Observation"), f"POST to {url}")
             _check(p.get("resourceType") == "Observation", "resourceType")
-            _check(p.get("category") == [{"coding": [{"system": "http://hl7.org/fhir/observation-category",
-                                                      "code": "vital-signs", "display": "Vital Signs"}]}], "category")
+            category = p.get("category") or []
+            _check(len(category) == 1 and len(category[0]["coding"]) == 1 and category[0]["coding"][0] == {
+                "system": "http://hl7.org/fhir/observation-category", "code": "vital-signs",
+                "display": "Vital Signs"}, "category")
             _check(p.get("code") == {"text": "BP"}, f"code {p.get('code')}")
             _check(p.get("effectiveDateTime") == now, f"effectiveDateTime {p.get('effectiveDateTime')!r}")
             _check(p.get("status") == "final" and p.get("valueString") == "118/77 mmHg", "status or valueString")
@@ -145,8 +155,8 @@ def grade(task: MedTask, record: TrialRecord) -> tuple[bool, str]:
                 dosage = (p.get("dosageInstruction") or [{}])[0]
                 _check(str(dosage.get("route", "")).lower().strip() == "oral", f"route {dosage.get('route')!r}")
                 dose = ((dosage.get("doseAndRate") or [{}])[0]).get("doseQuantity") or {}
-                _check(abs(float(dose.get("value", -1e9)) - (3.5 - v) / 0.1 * 10) <= 0.1 and dose.get("unit") ==
-                       "mEq", f"doseQuantity {dose}")
+                _check(abs(dose["value"] - (3.5 - v) / 0.1 * 10) <= 0.1 and dose.get("unit") == "mEq",
+                       f"doseQuantity {dose}")              # a string dose: the original's TypeError, a failure
                 _order(p, mrn)
                 _check(_url(url2, "ServiceRequest"), f"second POST to {url2}")
                 _coding(p2, "code", "http://loinc.org", "2823-3")
