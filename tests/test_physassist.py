@@ -488,7 +488,11 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     try:
         server.push(*agent, model="gpt-4o")
         server.push(Reply(text="Well, doctor, it has been hard, as I said."), model="gemini-2.0-flash")
-        server.push(*verdicts, model="gemini-2.5-flash")
+        judge_replies = []       # per turn: the rubric verdict, then AA, then AID on an AE turn (iirs.py)
+        for t, verdict in zip(session.turns, verdicts):
+            judge_replies += [verdict, Reply(text=json.dumps({"AA": 0.8}))] + \
+                ([Reply(text=json.dumps({"AID": 1.0}))] if t.subtype in ("EA", "AE") else [])
+        server.push(*judge_replies, model="gemini-2.5-flash")
         store = mlflow_store(tmp_path / "mlruns")
         out = _main(["benchmark=physassist", "benchmark.scenarios=[" + session.scenario + "]", "trials=1",
                      "model=gpt-4o", f"model.base_url={server.url}/v1", "user=gemini-2.0-flash",
@@ -504,7 +508,8 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     finally:
         server.stop()
     assert out.returncode == 0, out.stderr[-3000:]
-    assert len(asked) == 8 and len(patient) == 1 and len(judged) == 4
+    aid = sum(t.subtype in ("EA", "AE") for t in session.turns)
+    assert len(asked) == 8 and len(patient) == 1 and len(judged) == 8 + aid
     first = asked[0].body
     assert first["messages"][0]["content"].startswith("You are a clinical decision support agent")
     assert first["messages"][1]["content"].startswith("[Environment Info]\nsession_id: ")
@@ -515,8 +520,10 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     assert f"Health literacy: {session.persona['health_literacy']}" in system
     tool_results = [m["content"] for m in asked[-1].body["messages"] if m["role"] == "tool"]
     assert "Well, doctor, it has been hard, as I said." in tool_results          # the live patient's words
-    texts = [r.body["contents"][-1]["parts"][0]["text"] for r in judged]
-    systems = [r.body["systemInstruction"]["parts"][0]["text"] for r in judged]
+    rubric = [r for r in judged if not r.body["systemInstruction"]["parts"][0]["text"].startswith(
+        "You are a clinical NLP evaluator")]                                     # the IIRS judge's calls aside
+    texts = [r.body["contents"][-1]["parts"][0]["text"] for r in rubric]
+    systems = [r.body["systemInstruction"]["parts"][0]["text"] for r in rubric]
     for t, text, system in zip(session.turns, texts, systems):
         assert text.startswith(f"Clinical question: {t.question}")
         assert system.startswith("You are a parameter-level evaluator" if t.kind == "WU" else
@@ -526,8 +533,10 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     m = run_.data.metrics
     third = (len(session.turns[2].items) - 1) / len(session.turns[2].items)
     assert m["mRS"] == pytest.approx(100 * (1 + third + 1) / 3)        # turn 1 dropped, turn 2 one item short
-    assert m["calls/grader"] == 4 and m["calls/user"] == 1 and m["calls/agent"] == 8
-    assert m["cost_usd/grader"] > 0 and m["input_tokens/grader"] == 40          # the judge metered and priced
+    assert m["calls/grader"] == 8 + aid and m["calls/user"] == 1 and m["calls/agent"] == 8
+    assert m["AA_mean"] == pytest.approx(80.0) and m["turn_accuracy"] == 100.0 and m["session_accuracy"] == 100.0
+    assert 0 < m["IIRS_mean"] <= 80.0 and "FPTR_mean" in m and "MTR_mean" in m
+    assert m["cost_usd/grader"] > 0 and m["input_tokens/grader"] == 10 * (8 + aid)   # the judge metered, priced
     assert m["judge_rule_agreement"] < 100.0
     [trace] = mlflow.search_traces(locations=[run_.info.experiment_id], return_type="list")
     judge = [a for a in trace.info.assessments if a.name.endswith("/judge")]

@@ -35,6 +35,7 @@ from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from .agent import PhysAssistAgent, ReferenceAgent
 from .grading import Judge, rule_grade, turn_score, turn_work
+from .iirs import IirsJudge, turn_metrics
 from .patient import (LlmPatient, OriginalReplay, PatientFacts, ReplayedPatient, SessionPeople, literacy_for,
                       stored_replies)
 from .sessions import SCENARIOS, Session, load_sessions
@@ -210,9 +211,10 @@ class PhysAssistBenchmark(Benchmark):
         judge = Judge(settings.model_for("grader", meter), prompts(), float(o.get("judge_temperature", 0.1))) \
             if settings.grader_model else None
         judge_name = f"physassist.judge:{settings.grader_model['name']}" if judge else ""
+        iirs = IirsJudge(settings.model_for("grader", meter), prompts()) if judge else None
 
         async def scored(record: TrialRecord) -> Score:
-            return await grade_session(task, record, judge, judge_name)
+            return await grade_session(task, record, judge, judge_name, iirs)
         return Episode(tools, agent, scored)
 
     def user(self, task: Session, settings: TrialSettings, meter: UsageMeter, seed: int, mistakes: list[str]):
@@ -304,9 +306,10 @@ def medagent_report(records: list[TrialRecord], tasks: list, k: int, out_dir: Pa
     return Report(cap.get(), metrics, headline=headline, files=files)
 
 
-async def grade_session(session: Session, record: TrialRecord, judge: Judge | None, judge_name: str) -> Score:
+async def grade_session(session: Session, record: TrialRecord, judge: Judge | None, judge_name: str,
+                        iirs: IirsJudge | None = None) -> Score:
     """Every turn by the rule grader, and by the judge when there is one (which then decides r_t); each item an
-    assessment with its rationale."""
+    assessment with its rationale; the turn's IIRS components and tool-use rates (`iirs.py`)."""
     parts: dict = {}
     decided: list[float] = []
     same = both = 0
@@ -317,6 +320,9 @@ async def grade_session(session: Session, record: TrialRecord, judge: Judge | No
         judge_r = sum(judged) / len(judged) if judged else None
         r = judge_r if judge else rule_r
         tag = f"T{turn.index}"
+        for name, value in (await turn_metrics(turn, work.question, work.answer, work.calls, session.transcript,
+                                               session.raw, iirs)).items():
+            parts[f"{tag}/iirs/{name}"] = value
         parts[f"{tag}/type"], parts[f"{tag}/subtype"], parts[f"{tag}/source"] = turn.kind, turn.subtype or "", \
             turn.tool_source
         for name, value in (("rule", rule_r), ("judge", judge_r), ("r", r)):
@@ -344,6 +350,30 @@ async def grade_session(session: Session, record: TrialRecord, judge: Judge | No
     if both:
         parts["agreement/items"], parts["agreement/same"] = float(both), float(same)
     return Score(sum(decided) / len(decided) if decided else 0.0, parts)
+
+
+def iirs_summary(records: list[TrialRecord], by_key: dict) -> dict[str, float]:
+    """The original's entry-level means (compute_iirs_entry), then their mean over sessions: IIRS (with a judge),
+    AA, FPTR, MTR, ER, AC (x100); turn accuracy (AA >= 0.5) and session accuracy (every turn correct)."""
+    per_session: dict[str, list[float]] = defaultdict(list)
+    correct_turns, correct_sessions = [], []
+    for r in records:
+        if not r.valid or r.task_key not in by_key or "T0/iirs/ER" not in r.score_parts:
+            continue
+        turns = [t.index for t in by_key[r.task_key].turns]
+        for name in ("IIRS", "AA", "FPTR", "MTR", "ER", "AC"):
+            values = [r.score_parts[f"T{i}/iirs/{name}"] for i in turns if f"T{i}/iirs/{name}" in r.score_parts]
+            if values:
+                per_session[name].append(sum(values) / len(values))
+        correct = [r.score_parts[f"T{i}/iirs/correct"] for i in turns if f"T{i}/iirs/correct" in r.score_parts]
+        if correct:
+            correct_turns += correct
+            correct_sessions.append(float(all(correct)))
+    out = {f"{name}_mean": 100 * sum(v) / len(v) for name, v in per_session.items()}
+    if correct_turns:
+        out["turn_accuracy"] = 100 * sum(correct_turns) / len(correct_turns)
+        out["session_accuracy"] = 100 * sum(correct_sessions) / len(correct_sessions)
+    return out
 
 
 def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out_dir: Path,
@@ -402,6 +432,7 @@ def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out
     for g, values in turns.items():
         metrics[f"turn_score/{g}"] = 100 * sum(values) / len(values)
     metrics["sessions_scored"] = float(len(sessions))
+    metrics.update(iirs_summary(records, by_key))
     if items:
         metrics["judge_rule_agreement"] = 100 * same / items
     console = Console(file=sys.stdout, width=110)
@@ -412,6 +443,10 @@ def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out
         if items:
             console.print(f"rule grader and LLM judge agree on {metrics['judge_rule_agreement']:.1f}% of "
                           f"{int(items)} items")
+        shown = [f"{m} {metrics[m]:.1f}" for m in ("IIRS_mean", "AA_mean", "turn_accuracy", "session_accuracy",
+                                                   "FPTR_mean", "MTR_mean", "ER_mean", "AC_mean") if m in metrics]
+        if shown:
+            console.print("implicit-information and tool-use metrics (x100): " + ", ".join(shown))
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
     by_type = {t: metrics[f"turn_score/{t}"] for t in ("IL", "DG", "CR", "WU") if f"turn_score/{t}" in metrics}

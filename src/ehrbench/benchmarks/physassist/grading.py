@@ -18,7 +18,6 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from ...judges.parsing import parse_json_object
 from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
 from ...trial import Message
@@ -185,36 +184,54 @@ def _to01(value) -> int:
     return int(str(value).strip().lower() in ("1", "true", "yes", "y", "pass"))
 
 
+def extract_json(text: str | None):
+    """The original's `llm_client.extract_json`: the reply as JSON, then the first closed ``` fence, then an
+    unclosed one, then the span from the first { or [ to the last } or ], each tried as is and with \\' made ';
+    None where it raises."""
+    def attempt(candidate: str):
+        for variant in (candidate, re.sub(r"\\'", "'", candidate)):
+            try:
+                return json.loads(variant)
+            except json.JSONDecodeError:
+                continue
+        return None
+
+    text = text or ""
+    found = attempt(text)
+    for pattern in (r"```(?:json)?\s*([\s\S]*?)```", r"```(?:json)?\s*([\s\S]+)$"):
+        if found is None and (m := re.search(pattern, text)):
+            found = attempt(m.group(1).strip())
+    if found is None and (m := re.search(r"(\{[\s\S]*\}|\[[\s\S]*\])", text)):
+        found = attempt(m.group(1))
+    return found
+
+
 def read_verdict(text: str | None, n: int, coerce=None, lists: bool = True) -> tuple[list[int], list[str]] | None:
-    """The judge's scores and reasons for n items (padded with NO, or cut, to n), or None when it is not JSON.
+    """The judge's scores and reasons for n items (padded with NO, or cut, to n), or None where the original's
+    `score_turn_rubric` leaves the turn unscored: no JSON in the reply, `scores` not a list, no items.
     `coerce` reads one score: `_to01` (score_turn_rubric's) by default; the write-turn judge's is `int(bool(s))`.
-    `lists=False` (the write-turn judge's `score_action_turn`, which calls `.get` on the reply): a bare JSON list
-    is unreadable, None, as the original's AttributeError leaves the turn unscored."""
+    `lists=False` (the write-turn judge's `score_action_turn`, which calls `.get` on the reply): a JSON list is
+    unreadable, None, as the original's AttributeError leaves the turn unscored."""
     coerce = coerce or _to01
-    try:                                    # extract_json's first step: the whole reply as JSON
-        verdict = json.loads((text or "").strip())
-    except json.JSONDecodeError:
-        verdict = parse_json_object(text)
-    if verdict is None:
-        match = re.search(r"\[.*\]", text or "", re.S)
-        try:
-            verdict = json.loads(match.group(0)) if match else None
-        except json.JSONDecodeError:
-            verdict = None
+    verdict = extract_json(text)
     if isinstance(verdict, list) and not lists:
         return None
     if isinstance(verdict, list):
-        if verdict and all(isinstance(v, dict) for v in verdict):
-            verdict = {"scores": [v.get("score", v.get("pass", 0)) for v in verdict],
-                       "reasoning": [v.get("reasoning", v.get("rationale", "")) for v in verdict]}
+        if all(isinstance(v, dict) for v in verdict):
+            scores = [v.get("score", v.get("pass", 0)) for v in verdict]
+            reasons = [str(v.get("reasoning", v.get("rationale", ""))) for v in verdict]
         else:
-            verdict = {"scores": verdict}
-    if not isinstance(verdict, dict):
+            scores, reasons = list(verdict), [""] * len(verdict)
+    elif isinstance(verdict, dict):
+        scores = verdict.get("scores", [])
+        reasons = verdict.get("reasoning", [""] * len(scores) if isinstance(scores, list) else [])
+    else:
         return None
-    raw = verdict.get("scores") if isinstance(verdict.get("scores"), list) else []   # the original pads: all NO
-    scores = [coerce(s) for s in raw][:n]
-    reasons = [str(r) for r in (verdict.get("reasoning") or [])][:n]
-    return scores + [0] * (n - len(scores)), reasons + [""] * (n - len(reasons))
+    if not n or not isinstance(scores, list) or (len(scores) != n and not isinstance(reasons, list)):
+        return None                     # the original's TypeError on `scores + [0] * n`: the turn unscored
+    scores = [coerce(x) for x in (scores + [0] * n)[:n]]
+    reasons = [str(r) for r in (list(reasons) + [""] * n)[:n]] if isinstance(reasons, list) else [str(reasons)] * n
+    return scores, reasons
 
 
 class Judge:
