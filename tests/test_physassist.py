@@ -468,6 +468,9 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     from .fake_llm_server import FakeLLMServer, Reply
 
     session = next(s for s in small["sessions"] if "patient" in [t.tool_source for t in s.turns])
+
+    def interviews(turn):
+        return any(a["name"].startswith("patient.") for a in turn.gold_actions)
     entry = next(json.loads(line) for line in (small["tasks"] / f"{session.scenario}.jsonl").read_text().splitlines()
                  if json.loads(line)["id"] == session.key)
     one = tmp_path / "tasks"
@@ -488,10 +491,11 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     try:
         server.push(*agent, model="gpt-4o")
         server.push(Reply(text="Well, doctor, it has been hard, as I said."), model="gemini-2.0-flash")
-        judge_replies = []       # per turn: the rubric verdict, then AA, then AID on an AE turn (iirs.py)
+        judge_replies = []       # per turn: the rubric verdict, AA, AID on an AE turn, PAQ on an interview turn
         for t, verdict in zip(session.turns, verdicts):
             judge_replies += [verdict, Reply(text=json.dumps({"AA": 0.8}))] + \
-                ([Reply(text=json.dumps({"AID": 1.0}))] if t.subtype in ("EA", "AE") else [])
+                ([Reply(text=json.dumps({"AID": 1.0}))] if t.subtype in ("EA", "AE") else []) + \
+                ([Reply(text=json.dumps({"F": 1, "C": 0.5, "R": 1}))] if interviews(t) else [])
         server.push(*judge_replies, model="gemini-2.5-flash")
         store = mlflow_store(tmp_path / "mlruns")
         out = _main(["benchmark=physassist", "benchmark.scenarios=[" + session.scenario + "]", "trials=1",
@@ -508,7 +512,7 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     finally:
         server.stop()
     assert out.returncode == 0, out.stderr[-3000:]
-    aid = sum(t.subtype in ("EA", "AE") for t in session.turns)
+    aid = sum(t.subtype in ("EA", "AE") for t in session.turns) + sum(map(interviews, session.turns))
     assert len(asked) == 8 and len(patient) == 1 and len(judged) == 8 + aid
     first = asked[0].body
     assert first["messages"][0]["content"].startswith("You are a clinical decision support agent")
@@ -536,6 +540,7 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     assert m["calls/grader"] == 8 + aid and m["calls/user"] == 1 and m["calls/agent"] == 8
     assert m["AA_mean"] == pytest.approx(80.0) and m["turn_accuracy"] == 100.0 and m["session_accuracy"] == 100.0
     assert 0 < m["IIRS_mean"] <= 80.0 and "FPTR_mean" in m and "MTR_mean" in m
+    assert m["PAQ_mean"] == pytest.approx(100 * 2.5 / 3, abs=0.01)
     assert m["cost_usd/grader"] > 0 and m["input_tokens/grader"] == 10 * (8 + aid)   # the judge metered, priced
     assert m["judge_rule_agreement"] < 100.0
     [trace] = mlflow.search_traces(locations=[run_.info.experiment_id], return_type="list")

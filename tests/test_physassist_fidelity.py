@@ -115,6 +115,34 @@ def test_the_iirs_judge_is_asked_exactly_as_the_original_asks():
         assert request.temperature == 0.0 and request.max_tokens == 4000
 
 
+@pytest.mark.parametrize("case", COMBINE["paq_cases"], ids=lambda c: repr(c["reply"])[:30])
+def test_patient_answer_quality_is_the_original_s(case):
+    calls = []
+
+    class Replying:
+        async def complete(self, request):
+            calls.append(request)
+            return SimpleNamespace(text=case["reply"])
+    patient = case.get("patient_response", "In my chest, 8/10.")
+    paq = asyncio.run(IirsJudge(Replying(), PROMPTS).paq("Where is the pain?", patient, "Chest pain, 8/10."))
+    assert paq == pytest.approx(case["result"]["PAQ"]) and len(calls) == case.get("llm_calls", 1)
+
+
+def test_the_paq_judge_is_asked_exactly_as_the_original_asks():
+    example = _load("iirs_prompts")["rendered_examples_en"]["PAQ"]
+    seen = []
+
+    class Recorder:
+        async def complete(self, request):
+            seen.append(request)
+            return SimpleNamespace(text='{"F": 1, "C": 1, "R": 1}')
+    i = example["inputs"]
+    assert asyncio.run(IirsJudge(Recorder(), PROMPTS).paq(i["user_question"], i["patient_response"],
+                                                          i["llm_answer"])) == 1.0
+    system, user = example["messages"]
+    assert seen[0].system == system["content"] and seen[0].messages[-1].content == user["content"]
+
+
 def _tier(row: dict) -> int | None:
     """fill_main_table._difficulty: the level when truthy, else the id's _L<n> suffix, else none (All only)."""
     import re

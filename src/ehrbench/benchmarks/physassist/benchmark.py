@@ -354,14 +354,15 @@ async def grade_session(session: Session, record: TrialRecord, judge: Judge | No
 
 def iirs_summary(records: list[TrialRecord], by_key: dict) -> dict[str, float]:
     """The original's entry-level means (compute_iirs_entry), then their mean over sessions: IIRS (with a judge),
-    AA, FPTR, MTR, ER, AC (x100); turn accuracy (AA >= 0.5) and session accuracy (every turn correct)."""
+    AA, FPTR, MTR, ER, AC, PAQ (over the sessions with an interview turn) (x100); turn accuracy (AA >= 0.5) and
+    session accuracy (every turn correct)."""
     per_session: dict[str, list[float]] = defaultdict(list)
     correct_turns, correct_sessions = [], []
     for r in records:
         if not r.valid or r.task_key not in by_key or "T0/iirs/ER" not in r.score_parts:
             continue
         turns = [t.index for t in by_key[r.task_key].turns]
-        for name in ("IIRS", "AA", "FPTR", "MTR", "ER", "AC"):
+        for name in ("IIRS", "AA", "FPTR", "MTR", "ER", "AC", "PAQ"):
             values = [r.score_parts[f"T{i}/iirs/{name}"] for i in turns if f"T{i}/iirs/{name}" in r.score_parts]
             if values:
                 per_session[name].append(sum(values) / len(values))
@@ -444,7 +445,8 @@ def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out
             console.print(f"rule grader and LLM judge agree on {metrics['judge_rule_agreement']:.1f}% of "
                           f"{int(items)} items")
         shown = [f"{m} {metrics[m]:.1f}" for m in ("IIRS_mean", "AA_mean", "turn_accuracy", "session_accuracy",
-                                                   "FPTR_mean", "MTR_mean", "ER_mean", "AC_mean") if m in metrics]
+                                                   "FPTR_mean", "MTR_mean", "ER_mean", "AC_mean", "PAQ_mean")
+                 if m in metrics]
         if shown:
             console.print("implicit-information and tool-use metrics (x100): " + ", ".join(shown))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -6,10 +6,11 @@ Per turn, from the gold actions and the agent's calls (control tools left out):
 - AC, argument completion: the share of the first gold call's arguments (ids aside) that the agent's first call
   gives the same value (compared as lower-cased, stripped text);
 - FPTR / MTR: 1 when the agent called a tool the gold does not have / missed one it has;
-- with a judge only: AA, answer accuracy (0-1 from the judge against the gold answer; 0 when either is empty), and
+- with a judge only: AA, answer accuracy (0-1 from the judge against the gold answer; 0 when either is empty),
   AID, antecedent identification (EA and AE turns; the antecedent from the session's `dep_graph`, empty without
-  one, as in the original); each asked with the original's prompt at temperature 0, its reply read as
-  `_llm_score` reads it (a fenced reply unwrapped, JSON, anything else 0).
+  one, as in the original), and PAQ, patient-answer quality (turns whose gold interviews the patient: the mean of
+  faithfulness, coverage and relevance to the stored reply); each asked with the original's prompt at
+  temperature 0, its reply read as `_llm_score` reads it (a fenced reply unwrapped, JSON, anything else 0).
 IIRS_turn = mean(the subtype's components) x AA (EA/AE: AID, AA; PE: ER, AA; AU: ER, AC, AA; others: AC, AA); a
 session's IIRS is its turns' mean and the run's the mean over sessions; a turn is correct when AA >= 0.5.
 """
@@ -101,6 +102,16 @@ class IirsJudge:
             question=question, history=_history(transcript, index, 4, 200), gold=gold[:600], answer=answer[:600]),
             "AA")
 
+    async def paq(self, question: str, patient: str, answer: str) -> float:
+        """`score_patient_answer_quality`: faithfulness, coverage and relevance of the answer to the patient's
+        stored reply (0-1 each, from the judge), their mean rounded to 4 places; 0 with either empty."""
+        if not patient or not answer:
+            return 0.0
+        reply = await self.model.complete(ChatRequest(
+            [Message("user", self.prompts["iirs_paq"].format(question=question, patient=patient, answer=answer))],
+            system=self.prompts["iirs_system"], temperature=0.0, max_tokens=4000))
+        return round(sum(read_score(reply.text, k) for k in ("F", "C", "R")) / 3.0, 4)
+
     async def aid(self, question: str, transcript: tuple[dict, ...], index: int, antecedent: str,
                   answer: str) -> float:
         return await self._ask(self.prompts["iirs_aid"].format(
@@ -128,7 +139,18 @@ async def turn_metrics(turn: Turn, question: str, answer: str, calls: list[tuple
         if turn.subtype in ("EA", "AE") else 1.0
     out["IIRS"] = iirs_turn(turn.subtype, out)
     out["correct"] = float(out["AA"] >= CORRECT)
+    if any(name.startswith("patient.") for name in gold_tools):   # PAQ: only where the gold interviews
+        out["PAQ"] = await judge.paq(question, stored_patient_reply(session_raw, turn.index), answer)
     return out
+
+
+def stored_patient_reply(session_raw: dict, index: int) -> str:
+    """The first stored `patient_response` among the turn's gold actions (_extract_gold_turn_info)."""
+    for step in ((session_raw.get("answer_list") or [])[index:index + 1] or [[]])[0]:
+        obs = step.get("observation") if isinstance(step, dict) else None
+        if isinstance(obs, dict) and "patient_response" in obs:
+            return str(obs["patient_response"])
+    return ""
 
 
 def iirs_turn(subtype: str | None, scores: dict[str, float]) -> float:
