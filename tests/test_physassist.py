@@ -451,6 +451,11 @@ def test_the_reference_scores_mrs_100_with_the_rule_grader_through_ray_and_mlflo
     n = len(small["sessions"])
     assert m["rule_mRS"] == 100.0 and m["rule_pass_session_75"] == 100.0 and m["rule_pass_turn_60"] == 100.0
     assert "mRS" not in m and "pass_session_75" not in m          # no judge decided: never the paper's names
+    # the gold calls made: no tool missed or extra, every argument; the authors' rule checker passes all but the
+    # turns whose gold calls two tools (it checks the first call's arguments against each gold tool's schema)
+    assert m["FPTR_mean"] == m["MTR_mean"] == 0.0 and m["AC_mean"] == m["ER_mean"] == 100.0
+    assert 50.0 <= m["rule_checker_turn_accuracy"] <= 100.0
+    assert "IIRS_mean" not in m and "AA_mean" not in m             # those need the judge
     assert m["sessions_scored"] == 2 * n and all(m[f"L{t}/rule_mRS"] == 100.0 for t in (1, 2, 3))
     assert all(m[f"{sc}/rule_mRS"] == 100.0 for sc in SCENARIOS) and m["turn_score/WU"] == 100.0
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run_.info.run_id)}

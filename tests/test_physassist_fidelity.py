@@ -143,6 +143,15 @@ def test_the_paq_judge_is_asked_exactly_as_the_original_asks():
     assert seen[0].system == system["content"] and seen[0].messages[-1].content == user["content"]
 
 
+@pytest.mark.parametrize("case", _load("rule_checker_cases")["cases"], ids=lambda c: c["id"])
+def test_the_rule_checker_decides_as_the_authors_rule_checker(case):
+    from ehrbench.benchmarks.physassist.rule_checker import is_correct
+
+    tools = _load("rule_checker_cases")["tools"]
+    assert is_correct(case["gold_tools"], case["gold_args"], case["called"], case["called_args"], tools) == (
+        case["correct"], case["reason"])
+
+
 def _tier(row: dict) -> int | None:
     """fill_main_table._difficulty: the level when truthy, else the id's _L<n> suffix, else none (All only)."""
     import re

@@ -357,12 +357,12 @@ def iirs_summary(records: list[TrialRecord], by_key: dict) -> dict[str, float]:
     AA, FPTR, MTR, ER, AC, PAQ (over the sessions with an interview turn) (x100); turn accuracy (AA >= 0.5) and
     session accuracy (every turn correct)."""
     per_session: dict[str, list[float]] = defaultdict(list)
-    correct_turns, correct_sessions = [], []
+    correct_turns, correct_sessions, checked_turns, checked_sessions = [], [], [], []
     for r in records:
         if not r.valid or r.task_key not in by_key or "T0/iirs/ER" not in r.score_parts:
             continue
         turns = [t.index for t in by_key[r.task_key].turns]
-        for name in ("IIRS", "AA", "FPTR", "MTR", "ER", "AC", "PAQ"):
+        for name in ("IIRS", "AA", "FPTR", "MTR", "ER", "AC", "PAQ", "rule_IIRS"):
             values = [r.score_parts[f"T{i}/iirs/{name}"] for i in turns if f"T{i}/iirs/{name}" in r.score_parts]
             if values:
                 per_session[name].append(sum(values) / len(values))
@@ -370,10 +370,18 @@ def iirs_summary(records: list[TrialRecord], by_key: dict) -> dict[str, float]:
         if correct:
             correct_turns += correct
             correct_sessions.append(float(all(correct)))
+        checked = [r.score_parts[f"T{i}/iirs/rule_correct"] for i in turns
+                   if f"T{i}/iirs/rule_correct" in r.score_parts]
+        if checked:
+            checked_turns += checked
+            checked_sessions.append(float(all(checked)))
     out = {f"{name}_mean": 100 * sum(v) / len(v) for name, v in per_session.items()}
     if correct_turns:
         out["turn_accuracy"] = 100 * sum(correct_turns) / len(correct_turns)
         out["session_accuracy"] = 100 * sum(correct_sessions) / len(correct_sessions)
+    if checked_turns:                                   # the authors' rule checker (their --rule_based mode)
+        out["rule_checker_turn_accuracy"] = 100 * sum(checked_turns) / len(checked_turns)
+        out["rule_checker_session_accuracy"] = 100 * sum(checked_sessions) / len(checked_sessions)
     return out
 
 
@@ -445,7 +453,8 @@ def session_report(records: list[TrialRecord], tasks: list[Session], k: int, out
             console.print(f"rule grader and LLM judge agree on {metrics['judge_rule_agreement']:.1f}% of "
                           f"{int(items)} items")
         shown = [f"{m} {metrics[m]:.1f}" for m in ("IIRS_mean", "AA_mean", "turn_accuracy", "session_accuracy",
-                                                   "FPTR_mean", "MTR_mean", "ER_mean", "AC_mean", "PAQ_mean")
+                                                   "FPTR_mean", "MTR_mean", "ER_mean", "AC_mean", "PAQ_mean",
+                                                   "rule_checker_turn_accuracy", "rule_IIRS_mean")
                  if m in metrics]
         if shown:
             console.print("implicit-information and tool-use metrics (x100): " + ", ".join(shown))

@@ -12,7 +12,9 @@ Per turn, from the gold actions and the agent's calls (control tools left out):
   faithfulness, coverage and relevance to the stored reply); each asked with the original's prompt at
   temperature 0, its reply read as `_llm_score` reads it (a fenced reply unwrapped, JSON, anything else 0).
 IIRS_turn = mean(the subtype's components) x AA (EA/AE: AID, AA; PE: ER, AA; AU: ER, AC, AA; others: AC, AA); a
-session's IIRS is its turns' mean and the run's the mean over sessions; a turn is correct when AA >= 0.5.
+session's IIRS is its turns' mean and the run's the mean over sessions; a turn is correct when AA >= 0.5. Beside
+them, judge or not, the authors' rule checker (`rule_checker.py`, their `--rule_based` mode): whether the turn's
+tool use alone is correct, and that mode's IIRS, AC x (1 or 0).
 """
 from __future__ import annotations
 
@@ -21,10 +23,10 @@ import json
 from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
 from ...trial import Message
+from . import rule_checker
+from .rule_checker import CONTROL, KNOWN
 from .sessions import Turn
 
-CONTROL = ("prepare_to_answer", "ask_user_for_required_parameters")
-KNOWN = ("subject_id", "hadm_id", "session_id")
 COMPONENTS = {"EA": ("AID", "AA"), "AE": ("AID", "AA"), "PE": ("ER", "AA"), "AU": ("ER", "AC", "AA")}
 CORRECT = 0.5
 
@@ -132,6 +134,10 @@ async def turn_metrics(turn: Turn, question: str, answer: str, calls: list[tuple
     called, called_args = tool_use(calls)
     out = {"ER": score_er(gold_tools, called, turn.subtype), "AC": score_ac(gold_args, called_args),
            "FPTR": float(bool(set(called) - set(gold_tools))), "MTR": float(bool(set(gold_tools) - set(called)))}
+    checked, _ = rule_checker.is_correct(gold_tools, gold_args, called, called_args,
+                                         session_raw.get("tools_en") or session_raw.get("tools") or [])
+    out["rule_correct"] = float(checked)            # the `--rule_based` mode: AA = this, IIRS = AC x AA
+    out["rule_IIRS"] = out["AC"] * out["rule_correct"]
     if judge is None:
         return out
     out["AA"] = await judge.aa(question, transcript, turn.index, turn.gold_answer, answer)
