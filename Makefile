@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-clinsql-tasks bench-agentehr bench-physassist bench-scaleout clean
+.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-clinsql-tasks bench-agentehr bench-physassist bench-physassist-sessions bench-scaleout clean
 install: $(BIN)/.installed
 
 run: install
@@ -54,6 +54,9 @@ bench-agentehr: install
 
 bench-physassist: install
 	$(BIN)/python bench/bench_physassist.py $(ARGS)
+
+bench-physassist-sessions: install
+	$(BIN)/python bench/bench_physassist_sessions.py $(ARGS)
 
 bench-scaleout: install
 	$(BIN)/python bench/bench_scaleout.py $(ARGS)
