@@ -611,6 +611,24 @@ def test_the_shipped_sessions_every_gold_result_as_stored_through_ray_and_mlflow
     assert m["sessions_scored"] == 108 and m["rule_mRS"] == 100.0 and m["rule_pass_session_75"] == 100.0
 
 
+def test_the_shipped_sessions_gather_from_several_sources_as_the_original_s():
+    """Data Gathering turns in the original use two or more sources, mixed record + patient among them, and its
+    L3 sessions require a mixed turn: half the shipped DG turns make two calls, record and patient; every tier-3
+    session with a DG turn has a mixed one; the gold answer of a mixed turn states both sources."""
+    root = ROOT / "data" / "tasks" / "physassist"
+    sessions = load_sessions(root, SCENARIOS)
+    dg = [(s, t) for s in sessions for t in s.turns if t.kind == "DG"]
+    mixed = [(s, t) for s, t in dg if t.tool_source == "mixed"]
+    assert len(mixed) >= 0.4 * len(dg)
+    for s, t in mixed:
+        names = [a["name"] for a in t.gold_actions if a["name"] != "prepare_to_answer"]
+        assert len(names) == 2 and names[1].startswith("patient.") and not names[0].startswith("patient.")
+        assert t.gold_answer.startswith("The record has") and "The patient reports: " in t.gold_answer
+    for s in sessions:
+        if s.tier == 3 and any(t.kind == "DG" for t in s.turns):
+            assert any(t.tool_source == "mixed" for t in s.turns), s.key
+
+
 def test_mutants_score_what_the_rule_checks_say_on_paper(small):
     """Scripted models with one defect each, through the real agent loop, tools, patient and rule grader. Expected
     per turn from the check kinds alone (an answer that says nothing passes only `absent` items, and `write_absent`

@@ -204,8 +204,8 @@ class Builder:
     answer, what it is about), or None when the record cannot support it; `turn` keeps a question implicit only
     when its "it" has something in the previous turn to refer to."""
 
-    def __init__(self, ctx: Context, scenario: str, rng: random.Random):
-        self.ctx, self.scenario, self.rng = ctx, scenario, rng
+    def __init__(self, ctx: Context, scenario: str, rng: random.Random, tier: int = 1):
+        self.ctx, self.scenario, self.rng, self.tier = ctx, scenario, rng, tier
         self.drug = next((d for d in ctx.drugs if DRUG_LAB[d] in ctx.labs), None)
         self.lab = self._focus_lab()
         self.others = [lab for lab in ctx.labs if lab != self.lab]
@@ -335,6 +335,63 @@ class Builder:
         actions = [{"name": tool, "arguments": args}]
         entity = self.drug if tool == "patient.get_medication_adherence" else None
         return DG, subtype, q, explicit, "patient", items, actions, f"The patient reports: {reply}{conclusion}", entity
+
+    def gather(self, subtype: str):
+        """A data-gathering turn from two sources, the record and the patient (the original's "mixed" turns): the
+        scenario's fact in the record (the drug's order, the focus lab, the disposition) beside what the patient
+        says about it, and, where they disagree (an active order the patient stopped taking), the discrepancy."""
+        if self.patient_used:
+            return None
+        c = self.ctx
+        if self.scenario == "med_safety" and self.drug:
+            d = c.drugs[self.drug]
+            record_call = {"name": "MedicationRequest.search", "arguments": {"subject_id": c.subject, "hadm_id": c.hadm,
+                                                                             "medication": self.drug}}
+            fact = f"The record has {self.drug} {d['dose']} {d['unit']} {d['route']} ordered this admission"
+            record_items = [_item(f"The answer gives the ordered {self.drug} dose ({d['dose']} {d['unit']}) from the "
+                                  "record", {"kind": "cites", "value": d["dose"]})]
+            explicit = (f"Check the {self.drug} both ways: what the chart has ordered, and whether the patient is "
+                        "taking it at home.")
+            q = {"NA": "Check it both ways: the chart and what the patient actually takes.",
+                 "PE": "And the chart against what the patient says?",
+                 "AE": "Does that match what the patient is actually doing?"}[subtype]
+        elif self.scenario == "discharge_planning":
+            location = str(c.admission["discharge_location"])
+            record_call = {"name": "Encounter.search", "arguments": {"subject_id": c.subject, "hadm_id": c.hadm}}
+            fact = f"The record has discharge to {location.lower()}"
+            record_items = [_item(f"The answer gives the disposition in the record ({location.title()})",
+                                  {"kind": "mentions", "any": [location.lower()]})]
+            explicit = "Check the discharge plan in the chart against how the patient says they are managing."
+            q = {"NA": "Does that fit how the patient is managing? Check with the patient.",
+                 "PE": "And against how the patient is managing?",
+                 "AE": "Does that match how the patient says they are doing?"}[subtype]
+        else:
+            lab = self.lab
+            v, unit, lo, hi, state, when = c.lab_state(lab)
+            record_call = self._lab_call(lab)
+            fact = f"The record has the latest {lab.lower()} at {_num(v)} {unit} on {when} ({WORDS[state][0]})"
+            record_items = [_item(f"The answer cites the {lab.lower()} from the record ({_num(v)} {unit})",
+                                  {"kind": "cites", "value": _num(v)})]
+            what = "pain" if self.scenario == "treatment_response" else "symptoms"
+            explicit = f"Put the latest {lab.lower()} beside what the patient reports about their {what}."
+            q = {"NA": f"How does that fit with the patient's {what}? Ask them.",
+                 "PE": f"And the patient's {what}, beside it?",
+                 "AE": f"Does that go with what the patient says about their {what}?"}[subtype]
+        spoken = self.interview(subtype)
+        if spoken is None:
+            return None
+        _, _, _, _, _, patient_items, patient_actions, patient_answer, entity = spoken
+        reply = patient_answer[len("The patient reports: "):]
+        stopped = self.scenario == "med_safety" and "stopped" in reply.lower()
+        items = record_items + patient_items[:2]
+        conclusion = ""
+        if stopped:
+            items.append(_item("The answer points out the discrepancy: the order is active but the patient stopped "
+                               "taking it", {"kind": "mentions", "any": ["discrepancy", "not taking", "stopped"]}))
+            conclusion = " The order is active, but the patient is not taking it: a discrepancy to reconcile."
+        answer = f"{fact}. The patient reports: {reply}{conclusion}"
+        return DG, subtype, q, explicit, "mixed", items, [record_call, *patient_actions], answer, \
+            entity or self.lab or "disposition"
 
     def _interview_items(self, tool: str, reply: str) -> tuple[list, str]:
         """The items of an interview turn, and the conclusion the gold answer draws from the patient's words."""
@@ -488,7 +545,10 @@ class Builder:
         if kind == IL:
             made = self.lookup(index == 0, subtype)
         elif kind == DG:
-            if self.scenario != "treatment_response" and not self.patient_used and self.rng.random() < 0.5:
+            roll = self.rng.random()
+            if not self.patient_used and (self.tier == 3 or roll < 0.35):   # the original's L3 needs a mixed turn
+                made = self.gather(subtype) or self.trend(subtype)
+            elif self.scenario != "treatment_response" and not self.patient_used and roll < 0.6:
                 made = self.interview(subtype)
             else:
                 made = self.trend(subtype) or self.interview(subtype)
@@ -535,7 +595,7 @@ def _observation(record: PatientRecord, action: dict, current_date: str, answers
 def build_session(ctx: Context, scenario: str, tier: int, index: int, rng: random.Random) -> dict | None:
     arcs = eligible_arcs(tier)
     for arc in rng.sample(arcs, len(arcs)):
-        builder = Builder(ctx, scenario, random.Random(rng.random()))
+        builder = Builder(ctx, scenario, random.Random(rng.random()), tier)
         if scenario == "med_safety" and not builder.drug or builder.lab is None:
             return None
         turns = []

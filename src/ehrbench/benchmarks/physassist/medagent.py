@@ -308,7 +308,7 @@ def _labs(records, subject: int, code: str, now: str, since_hours: float | None 
     params = {"patient": [str(subject)], "code": [code]}
     if since_hours is not None:
         params["date"] = [f"ge{_plus(now, -since_hours)}"]
-    return [e["resource"] for e in search(records, "Observation", params, now)["entry"]]
+    return [e["resource"] for e in find(records, "Observation", params, now)["entry"]]
 
 
 def _value(o: dict) -> float:
