@@ -80,9 +80,9 @@ def main() -> None:
     described = {s: describe(sessions_in(Path(s))) for s in args.sets}
     keys = list(next(iter(described.values())))
     width = max(map(len, keys)) + 2
-    print("".ljust(width) + "".join(Path(s).name[-40:].rjust(44) for s in described))
+    print("".ljust(width) + "".join(Path(s).name[-50:].rjust(56) for s in described))
     for k in keys:
-        print(k.ljust(width) + "".join(d[k][-42:].rjust(44) for d in described.values()))
+        print(k.ljust(width) + "".join(d[k][-54:].rjust(56) for d in described.values()))
 
 
 if __name__ == "__main__":

@@ -629,6 +629,35 @@ def test_the_shipped_sessions_gather_from_several_sources_as_the_original_s():
             assert any(t.tool_source == "mixed" for t in s.turns), s.key
 
 
+def test_cha2ds2_vasc_turns_score_what_the_stored_results_give_by_the_published_rule():
+    """Formula-based reasoning (the original's CHA2DS2-VASc prompts), recomputed here from the Patient.read and
+    Condition.search results the session file stores, by the published rule (Lip et al. 2010): CHF 1, hypertension
+    1, age >= 75 2 (65-74 1), diabetes 1, stroke/TIA 2, vascular disease 1, female 1; anticoagulation indicated
+    from 2 (men) or 3 (women)."""
+    checked = 0
+    for s in load_sessions(ROOT / "data" / "tasks" / "physassist", SCENARIOS):
+        for t in s.turns:
+            if "CHA2DS2-VASc" not in t.explicit:
+                continue
+            steps = s.raw["answer_list"][t.index]
+            patient = next(x["observation"] for x in steps if x["action"]["name"] == "Patient.read")
+            bundle = next(x["observation"] for x in steps if x["action"]["name"] == "Condition.search")
+            codes = {c["code"] for e in bundle["entry"] for c in e["resource"]["code"]["coding"][:1]}
+            assert any(c.startswith(("I48", "42731")) for c in codes)
+            age, female = int(patient["_anchor_age"]), patient["gender"] == "female"
+            chf = any(c.startswith(("I50", "428")) for c in codes)
+            htn = any(c.startswith(p) for c in codes for p in ("I10", "I11", "I12", "I13", "I15", "401", "402",
+                                                                  "403", "404", "405"))
+            dm = any(c.startswith(("E10", "E11", "E13", "250")) for c in codes)
+            stroke = any(c.startswith(("I63", "I64", "G45", "434", "435", "436")) for c in codes)
+            vascular = any(c.startswith(("I21", "I22", "I252", "I70", "410", "412", "440")) for c in codes)
+            score = chf + htn + dm + 2 * stroke + vascular + (2 if age >= 75 else 1 if age >= 65 else 0) + female
+            assert t.gold_answer.startswith(f"The CHA2DS2-VASc score is {score} "), (s.key, t.gold_answer)
+            assert ("anticoagulation is indicated" in t.gold_answer) == (score >= (3 if female else 2))
+            checked += 1
+    assert checked >= 5
+
+
 def test_mutants_score_what_the_rule_checks_say_on_paper(small):
     """Scripted models with one defect each, through the real agent loop, tools, patient and rule grader. Expected
     per turn from the check kinds alone (an answer that says nothing passes only `absent` items, and `write_absent`

@@ -65,6 +65,16 @@ FUNCTION = {"HOME": ("I get around on my own and take care of myself at home.", 
 WORDS = {"high": ["high", "elevated", "above"], "low": ["low", "below", "decreased"], "normal": ["normal", "within"]}
 
 
+# CHA2DS2-VASc's conditions by ICD-10 / ICD-9 prefix (Lip et al. 2010), read from Condition.search
+CHADS_CONDITIONS = (("congestive heart failure", 1, ("I50", "428")), ("hypertension", 1, ("I10", "I11", "I12", "I13",
+                                                                                          "I15", "401", "402", "403",
+                                                                                          "404", "405")),
+                    ("diabetes", 1, ("E10", "E11", "E13", "250")),
+                    ("prior stroke or TIA", 2, ("I63", "I64", "G45", "434", "435", "436")),
+                    ("vascular disease", 1, ("I21", "I22", "I252", "I70", "410", "412", "440")))
+AF = ("I48", "42731")
+
+
 # the 18 tools in the session file, as the original's files carry them (without them its harness offers none)
 SESSION_TOOLS = [{"type": "function", "function": schema} for schema in SCHEMAS]
 
@@ -98,6 +108,21 @@ class Context:
                                         (self.hadm, self.date)))
         self.drugs = self._drugs()
         self.persona = persona(record, admission)
+        found = run_search(record, "Condition.search", {"subject_id": self.subject}, self.date)
+        self.conditions = sorted({c["code"] for e in found.get("entry", []) for c in
+                                  (e["resource"].get("code") or {}).get("coding", [])[:1] if c.get("code")})
+        self.patient = run_search(record, "Patient.read", {"subject_id": self.subject}, self.date)
+
+    def chads_vasc(self) -> tuple[int, list[str]] | None:
+        """CHA2DS2-VASc from what Patient.read and Condition.search show (None without atrial fibrillation)."""
+        if not any(c.startswith(AF) for c in self.conditions):
+            return None
+        age, female = int(self.patient.get("_anchor_age") or 0), self.patient.get("gender") == "female"
+        parts = [(name, points) for name, points, prefixes in CHADS_CONDITIONS
+                 if any(c.startswith(prefixes) for c in self.conditions)]
+        parts += [("age 75 or older", 2)] if age >= 75 else [("age 65-74", 1)] if age >= 65 else []
+        parts += [("female sex", 1)] if female else []
+        return sum(p for _, p in parts), [name for name, _ in parts]
 
     def _drugs(self) -> dict[str, dict]:
         out = {}
@@ -436,6 +461,37 @@ class Builder:
                 _item("The answer reports that the symptoms got worse before admission",
                       {"kind": "mentions", "any": ["worse"]})], ""
 
+    def stroke_risk(self, subtype: str):
+        """A formula-based reasoning turn (the original's CHA2DS2-VASc prompts): for a patient with atrial
+        fibrillation, the score from the patient's age and sex and their conditions, and whether it indicates
+        anticoagulation (2 or more for men, 3 or more for women)."""
+        c = self.ctx
+        scored = c.chads_vasc()
+        if scored is None or ("stroke", "") in self.done:
+            return None
+        self.done.add(("stroke", ""))
+        score, parts = scored
+        female = c.patient.get("gender") == "female"
+        indicated = score >= (3 if female else 2)
+        explicit = "What is the patient's CHA2DS2-VASc score, and is anticoagulation indicated?"
+        q = {"NA": "What is the stroke risk from the atrial fibrillation (CHA2DS2-VASc)?",
+             "PE": "And the CHA2DS2-VASc?", "AE": "Given that, is anticoagulation indicated?"}[subtype]
+        items = [_item(f"The answer gives the CHA2DS2-VASc score as {score}", {"kind": "cites", "value": score}),
+                 _item("The answer concludes that anticoagulation is " + ("indicated" if indicated else
+                                                                          "not clearly indicated"),
+                       {"kind": "mentions", "any": ["anticoagulation is indicated", "recommend anticoagulation",
+                                                    "anticoagulation recommended", "start anticoagulation"]
+                        if indicated else
+                        ["not indicated", "not clearly indicated", "consider", "no anticoagulation"]})]
+        if parts:
+            items.append(_item(f"The answer names what scores ({', '.join(parts)})",
+                               {"kind": "mentions", "any": [parts[0].split(' or ')[0]]}))
+        answer = (f"The CHA2DS2-VASc score is {score} ({', '.join(parts) or 'no risk factors'}): anticoagulation is "
+                  + ("indicated." if indicated else "not clearly indicated (consider it against bleeding risk)."))
+        actions = [{"name": "Patient.read", "arguments": {"subject_id": c.subject}},
+                   {"name": "Condition.search", "arguments": {"subject_id": c.subject}}]
+        return CR, subtype, q, explicit, "ehr", items, actions, answer, "atrial fibrillation"
+
     def reasoning(self, subtype: str):
         c, lab = self.ctx, self._next_lab("reasoning")
         if lab is None:
@@ -553,7 +609,7 @@ class Builder:
             else:
                 made = self.trend(subtype) or self.interview(subtype)
         elif kind == CR:
-            made = self.reasoning(subtype)
+            made = self.stroke_risk(subtype) or self.reasoning(subtype)
         else:
             made = self.write(subtype)
         if made is None:
