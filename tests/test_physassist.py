@@ -853,7 +853,7 @@ def test_refsol_passes_the_reference_and_fails_each_kind_of_mistake(small):
         record = _record_of(t, gets + fenced + [finish])
         assert any(str(m.get("content", "")).startswith("POST request accepted") for m in record.messages)
         assert grade(t, record)[0] is False
-        slash = [p.replace(f"\n", "/\n", 1) for p in posts]                 # {base}Observation/ is not the url
+        slash = [p.replace("\n", "/\n", 1) for p in posts]                 # {base}Observation/ is not the url
         assert grade(t, _record_of(t, gets + slash + [finish]))[0] is False
     task3 = next(t for t in tasks if t.category == "task3")
     first, _, body = next(s for s in task3.ref["steps"] if s.startswith("POST")).partition("\n")
