@@ -629,6 +629,21 @@ def test_the_shipped_sessions_gather_from_several_sources_as_the_original_s():
             assert any(t.tool_source == "mixed" for t in s.turns), s.key
 
 
+def test_the_shipped_sessions_name_each_turn_s_antecedent_for_aid():
+    """The original's AID reads the gold antecedent of an EA/AE turn from `dep_graph` (the previous turn's first
+    entity): every shipped AE turn has one, and it is what the previous turn was about."""
+    from ehrbench.benchmarks.physassist.iirs import antecedent
+
+    turns = [(s, t) for s in load_sessions(ROOT / "data" / "tasks" / "physassist", SCENARIOS) for t in s.turns
+             if t.subtype == "AE"]
+    assert turns
+    for s, t in turns:
+        before = s.turns[t.index - 1]
+        found = antecedent(s.raw, t.index)
+        assert found and (found.lower() in (before.question + before.explicit + before.gold_answer).lower()
+                          or found == "disposition"), (s.key, found)
+
+
 def test_cha2ds2_vasc_turns_score_what_the_stored_results_give_by_the_published_rule():
     """Formula-based reasoning (the original's CHA2DS2-VASc prompts), recomputed here from the Patient.read and
     Condition.search results the session file stores, by the published rule (Lip et al. 2010): CHF 1, hypertension

@@ -238,6 +238,7 @@ class Builder:
         self.answers = patient_answers(ctx, self.drug)
         self.last: str | None = None           # what the previous turn was about: what "it" can refer to
         self.done: set[tuple[str, str]] = set()   # (turn builder, lab) already asked: a repeated type moves on
+        self.entities: list[str | None] = []      # what each turn was about: the session's dep_graph
 
     def _focus_lab(self) -> str | None:
         c = self.ctx
@@ -358,7 +359,8 @@ class Builder:
         reply = " ".join(a["responses"]["high"] for a in PatientFacts(tuple(self.answers)).release(tool, args))
         items, conclusion = self._interview_items(tool, reply)
         actions = [{"name": tool, "arguments": args}]
-        entity = self.drug if tool == "patient.get_medication_adherence" else None
+        entity = {"patient.get_medication_adherence": self.drug, "patient.get_functional_status": "disposition",
+                  "patient.get_pain_assessment": "pain"}.get(tool, "symptoms")        # what "it" next refers to
         return DG, subtype, q, explicit, "patient", items, actions, f"The patient reports: {reply}{conclusion}", entity
 
     def gather(self, subtype: str):
@@ -415,8 +417,9 @@ class Builder:
                                "taking it", {"kind": "mentions", "any": ["discrepancy", "not taking", "stopped"]}))
             conclusion = " The order is active, but the patient is not taking it: a discrepancy to reconcile."
         answer = f"{fact}. The patient reports: {reply}{conclusion}"
-        return DG, subtype, q, explicit, "mixed", items, [record_call, *patient_actions], answer, \
-            entity or self.lab or "disposition"
+        about = self.drug if self.scenario == "med_safety" and self.drug else \
+            "disposition" if self.scenario == "discharge_planning" else self.lab
+        return DG, subtype, q, explicit, "mixed", items, [record_call, *patient_actions], answer, about
 
     def _interview_items(self, tool: str, reply: str) -> tuple[list, str]:
         """The items of an interview turn, and the conclusion the gold answer draws from the patient's words."""
@@ -576,7 +579,7 @@ class Builder:
             args = {"subject_id": c.subject, "service_type": service, "priority": "routine"}
             answer = f"Created a routine {service} referral for discharge."
             return WU, subtype, q, explicit, "write", items, [{"name": "ServiceRequest.create",
-                                                               "arguments": args}], answer, None
+                                                               "arguments": args}], answer, "referral"
         v, unit, _, _, state, _ = c.lab_state(lab)
         explicit = f"Please put a clinical flag on the chart for the {lab.lower()} of {_num(v)} {unit}."
         q = {"NA": "Please flag it on the chart.", "PE": "And flag it on the chart.",
@@ -622,6 +625,7 @@ class Builder:
                 and made[-1] == self.lab:
             made = (made[0], "NA", f"Does the {self.lab.lower()} change how we dose it?", *made[3:])
         self.last = entity
+        self.entities.append(entity)
         return made[:-1]
 
 
@@ -661,12 +665,15 @@ def build_session(ctx: Context, scenario: str, tier: int, index: int, rng: rando
                 break
             turns.append(turn)
         if len(turns) == 4:
-            return encode(ctx, scenario, tier, index, arc, turns, builder.answers)
+            return encode(ctx, scenario, tier, index, arc, turns, builder.answers, builder.entities)
     return None
 
 
-def encode(ctx: Context, scenario: str, tier: int, index: int, arc: tuple, turns: list, answers: list) -> dict:
-    """The session in the original's format (plus ehrbench's rubric_checks and patient_answers)."""
+def encode(ctx: Context, scenario: str, tier: int, index: int, arc: tuple, turns: list, answers: list,
+           entities: list | None = None) -> dict:
+    """The session in the original's format (plus ehrbench's rubric_checks and patient_answers); `dep_graph`
+    names what each turn was about, the antecedent an implicit question after it refers to (the original's AID
+    reads the previous turn's first entity)."""
     sid = f"physassistbench_{scenario}_{index}"
     age = ctx.record.rows("SELECT anchor_age, gender FROM patients")[0]
     answer_list, messages = [], []
@@ -691,7 +698,9 @@ def encode(ctx: Context, scenario: str, tier: int, index: int, arc: tuple, turns
         "difficulty_level": tier, "current_date": ctx.date,
         "rubrics": [[text for text, _ in t[5]] for t in turns],
         "rubric_checks": [[check for _, check in t[5]] for t in turns],
-        "persona_config": ctx.persona, "patient_answers": answers}
+        "persona_config": ctx.persona, "patient_answers": answers,
+        "dep_graph": {"nodes": {str(i): {"entities": [e] if e else [], "events": []}
+                                for i, e in enumerate(entities or [])}}}
 
 
 def author(source: Path, folder: Path, per_cell: int, seed: int) -> dict[str, list[dict]]:
