@@ -629,6 +629,19 @@ def test_the_shipped_sessions_gather_from_several_sources_as_the_original_s():
             assert any(t.tool_source == "mixed" for t in s.turns), s.key
 
 
+def test_the_rule_grader_passes_the_gold_of_every_shipped_turn():
+    """Each shipped turn's gold answer and gold writes pass every item the rule grader can read (a gold answer that
+    recommends what its own safety item forbids, say, would fail here)."""
+    from ehrbench.benchmarks.physassist.grading import TurnWork
+
+    for s in load_sessions(ROOT / "data" / "tasks" / "physassist", SCENARIOS):
+        for t in s.turns:
+            calls = [(a["name"], a["arguments"]) for a in t.gold_actions]
+            work = TurnWork(t.question, t.gold_answer, calls, [c for c in calls if c[0].endswith(".create")])
+            failed = [(item, why) for item, (ok, why) in zip(t.items, rule_grade(t, work)) if ok is False]
+            assert not failed, (s.key, t.index, failed)
+
+
 def test_the_shipped_sessions_name_each_turn_s_antecedent_for_aid():
     """The original's AID reads the gold antecedent of an EA/AE turn from `dep_graph` (the previous turn's first
     entity): every shipped AE turn has one, and it is what the previous turn was about."""

@@ -19,7 +19,7 @@ import json
 import random
 import re
 import sqlite3
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import date, datetime
 from itertools import product
 from pathlib import Path
@@ -527,6 +527,8 @@ class Builder:
                    "current plan")
         about = f" For the {self.drug}, " + ("recheck before adjusting." if state != "normal" else "keep the dose.") \
             if drug else ""
+        if drug and danger and self.drug.lower() in danger:     # the drug is what the value contraindicates
+            about = f" Hold the {self.drug} until the repeat level."
         answer = f"The {lab.lower()} is {_num(v)} {unit}; {verdict}.{about}"
         return CR, subtype, q, explicit, "ehr", items, [self._lab_call(lab)], answer, lab
 
@@ -652,7 +654,19 @@ def _observation(record: PatientRecord, action: dict, current_date: str, answers
     return run_search(record, name, action["arguments"], current_date)
 
 
-def build_session(ctx: Context, scenario: str, tier: int, index: int, rng: random.Random) -> dict | None:
+def pick_subtype(kind: str, used: Counter, rng: random.Random) -> str:
+    """The original's balance (generate_all): the feasible subtype used least so far, ties at random; AE (an
+    abstract event to refer back to) is never asked of an Information Lookup turn."""
+    feasible = [t for t in ("NA", "PE", "AE") if not (kind == IL and t == "AE")]
+    rng.shuffle(feasible)
+    return min(feasible, key=lambda t: used[t])
+
+
+def build_session(ctx: Context, scenario: str, tier: int, index: int, rng: random.Random,
+                  used: Counter | None = None) -> dict | None:
+    """A session along one of the tier's arcs that the record supports; `used` counts the subtypes of the
+    sessions written so far (updated when this one is)."""
+    used = Counter() if used is None else used
     arcs = eligible_arcs(tier)
     for arc in rng.sample(arcs, len(arcs)):
         builder = Builder(ctx, scenario, random.Random(rng.random()), tier)
@@ -660,11 +674,12 @@ def build_session(ctx: Context, scenario: str, tier: int, index: int, rng: rando
             return None
         turns = []
         for i, kind in enumerate(arc):
-            turn = builder.turn(kind, i, None if i == 0 else rng.choice(["NA", "PE", "AE"]))
+            turn = builder.turn(kind, i, None if i == 0 else pick_subtype(kind, used, rng))
             if turn is None:
                 break
             turns.append(turn)
         if len(turns) == 4:
+            used.update(t[1] for t in turns if t[1])
             return encode(ctx, scenario, tier, index, arc, turns, builder.answers, builder.entities)
     return None
 
@@ -723,13 +738,14 @@ def author(source: Path, folder: Path, per_cell: int, seed: int) -> dict[str, li
     third = len(ranked) / 3
     tiers = {c.hadm: 1 + min(2, int(i / third)) for i, c in enumerate(ranked)}
     out: dict[str, list[dict]] = defaultdict(list)
+    used: Counter = Counter()                 # subtypes so far, across the whole set (the original's balance)
     for scenario in SCENARIOS:
         for tier in (1, 2, 3):
             pool = [c for c in contexts if tiers[c.hadm] == tier]
             rng.shuffle(pool)
             made = 0
             for ctx in pool:
-                session = build_session(ctx, scenario, tier, len(out[scenario]), rng)
+                session = build_session(ctx, scenario, tier, len(out[scenario]), rng, used)
                 if session is not None:
                     out[scenario].append(session)
                     made += 1
