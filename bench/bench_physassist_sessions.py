@@ -18,9 +18,9 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-CONTROL = {"prepare_to_answer", "ask_user_for_required_parameters"}
-WRITES = {"MedicationRequest.create", "ServiceRequest.create", "Flag.create"}
-SHORT = {"Information Lookup": "IL", "Data Gathering": "DG", "Clinical Reasoning": "CR", "Write/Update": "WU"}
+from ehrbench.benchmarks.physassist.fhir import WRITES
+from ehrbench.benchmarks.physassist.rule_checker import CONTROL
+from ehrbench.benchmarks.physassist.sessions import SHORT
 
 
 def sessions_in(where: Path) -> list[dict]:
