@@ -686,6 +686,106 @@ def test_cha2ds2_vasc_turns_score_what_the_stored_results_give_by_the_published_
     assert checked >= 5
 
 
+def test_creatinine_clearance_turns_follow_from_the_stored_results_by_cockcroft_gault():
+    """Formula-based reasoning (the original's L2 option B): the clearance recomputed here from the Patient.read,
+    weight and creatinine results the session file stores, (140 - age) x kg / (72 x creatinine), x 0.85 for women;
+    the `near` check takes an agent's figure within 5% (or 1) and fails one further off."""
+    from ehrbench.benchmarks.physassist.grading import decide
+
+    checked = 0
+    for s in load_sessions(ROOT / "data" / "tasks" / "physassist", SCENARIOS):
+        for t in s.turns:
+            if "Cockcroft-Gault" not in t.explicit:
+                continue
+            steps = {x["action"]["name"] + str(x["action"]["arguments"].get("category", "")): x["observation"]
+                     for x in s.raw["answer_list"][t.index]}
+            patient = steps["Patient.read"]
+            weight = steps["Observation.searchvital-signs"]["entry"][0]["resource"]
+            kg = weight["valueQuantity"]["value"] if "valueQuantity" in weight else \
+                float(weight["valueString"]) * 0.45359237
+            creatinine = next(e["resource"]["valueQuantity"]["value"] for e in steps["Observation.searchlaboratory"]
+                              ["entry"] if e["resource"]["code"]["text"] == "Creatinine")       # newest first
+            crcl = (140 - int(patient["_anchor_age"])) * kg / (72 * creatinine) * \
+                (0.85 if patient["gender"] == "female" else 1)
+            assert f"about {round(crcl)} mL/min" in t.gold_answer, (s.key, crcl, t.gold_answer)
+            check = t.checks[0]
+            assert check["kind"] == "near"
+            ok = lambda answer: decide(check, TurnWork(t.question, answer, [], []))[0]      # noqa: E731
+            assert ok(f"CrCl is {crcl * 1.03:.0f} mL/min") and not ok(f"CrCl is {crcl * 1.15 + 2:.0f} mL/min")
+            checked += 1
+    assert checked >= 10
+
+
+def _shipped_world(shared_world):
+    """The world the shipped sessions were written from (their manifest), its per-patient files."""
+    world = json.loads((ROOT / "data" / "tasks" / "physassist" / "manifest.json").read_text())["world"]
+    source = build_database("mimic_iv", WorldSpec(seed=world["seed"], size=WorldSize(scale=world["scale"]),
+                                                  dictionary="used"), shared_world / "gen")
+    return split_patients(source, source.parent)
+
+
+def test_the_shipped_patients_answers_agree_with_their_record_and_vary(shared_world):
+    """What each shipped patient says is read back against the record by `contradictions` (the original's PHM
+    verifier, for answers) and nothing is refuted; the answers vary (habits, onsets, pain scores, home lives,
+    reasons for stopping a drug) instead of one template; and the verifier catches an answer the record refutes:
+    an unordered drug, a wrong stop date, a home life against the marital status, another complaint, pain put down
+    to something else, a never-smoker with COPD. Each session also qualifies for its tier by the original's
+    per-scenario rules (`Context.qualifies`)."""
+    import random
+
+    from ehrbench.benchmarks.physassist.adapter import PatientRecord
+    from ehrbench.benchmarks.physassist.patient_model import contradictions
+
+    folder = _shipped_world(shared_world)
+    sessions = load_sessions(ROOT / "data" / "tasks" / "physassist", SCENARIOS)
+    said = {tool: set() for tool in ("social", "symptom", "pain", "stopped")}
+    found_copd = None
+    for s in sessions:
+        record = PatientRecord(folder / f"patient_{s.subject_id}.db", folder / "reference.db")
+        [admission] = record.rows("SELECT * FROM admissions WHERE hadm_id = ?", (s.hadm_id,))
+        assert contradictions(record, admission, s.current_date, s.patient_answers) == [], s.key
+        assert authoring.Context(record, admission, random.Random(0)).qualifies(s.raw["clinical_scenario"], s.tier)
+        for a in s.patient_answers:
+            high = a["responses"]["high"]
+            if a["tool"] == "patient.get_social_history":
+                said["social"].add(high)
+                if "copd" in high.lower() or record.rows("SELECT 1 FROM discharge WHERE hadm_id = ? AND text LIKE "
+                                                         "'%Past Medical History:%Copd%'", (s.hadm_id,)):
+                    found_copd = (record, admission, s, a)
+            elif a["tool"] == "patient.get_symptom_history":
+                said["symptom"].add(re.sub(r"^.*?\. ", "", high).split(".")[0])          # the onset sentence
+            elif a["tool"] == "patient.get_pain_assessment":
+                said["pain"].add(re.search(r"(\d+) out of 10", high).group(1))
+            elif "stopped" in high or "never started" in high:
+                said["stopped"].add(high.split("because ")[-1])
+    assert len(said["social"]) >= 8 and len(said["symptom"]) >= 6 and len(said["pain"]) >= 5, \
+        {k: len(v) for k, v in said.items()}
+    assert len(said["stopped"]) >= 3
+    assert any("never smoked" in x for x in said["social"]) and any("still smoke" in x for x in said["social"])
+
+    s = next(x for x in sessions if any(a["tool"] == "patient.get_pain_assessment" for a in x.patient_answers))
+    record = PatientRecord(folder / f"patient_{s.subject_id}.db", folder / "reference.db")
+    [admission] = record.rows("SELECT * FROM admissions WHERE hadm_id = ?", (s.hadm_id,))
+    married = str(admission["marital_status"]).upper() == "MARRIED"
+
+    def refuted(tool, text, topic=""):
+        reply = {"tool": tool, "topic": topic, "withheld": False, "responses": {"high": text}}
+        return contradictions(record, admission, s.current_date, [reply])
+
+    assert refuted("patient.get_medication_adherence", "Yes, I take the Warfarin every day.", "warfarin")
+    assert refuted("patient.get_social_history", "I live alone." if married else "I live with my spouse.")
+    assert not refuted("patient.get_social_history", "I live with my spouse." if married else "I live alone.")
+    assert refuted("patient.get_symptom_history", "My main problem was a toothache. It started last night.")
+    assert refuted("patient.get_pain_assessment", "My pain is about a 5 out of 10. It's from the toothache pain.")
+    assert refuted("patient.get_pain_assessment", "My pain is about a 12 out of 10.")
+    ordered = record.rows("SELECT drug FROM prescriptions WHERE hadm_id = ? LIMIT 1", (s.hadm_id,))[0]["drug"]
+    assert refuted("patient.get_medication_adherence", f"I stopped taking the {ordered} about 400 days ago.",
+                   ordered.lower())
+    assert found_copd, "the shipped set needs a patient with COPD in the history"
+    record, admission, s, social = found_copd
+    assert contradictions(record, admission, s.current_date, [{**social, "responses": {"high": "I've never smoked."}}])
+
+
 def test_mutants_score_what_the_rule_checks_say_on_paper(small):
     """Scripted models with one defect each, through the real agent loop, tools, patient and rule grader. Expected
     per turn from the check kinds alone (an answer that says nothing passes only `absent` items, and `write_absent`
@@ -998,7 +1098,7 @@ def test_the_patient_s_facts_and_persona_follow_from_the_record(small):
     import sqlite3
     from datetime import datetime
 
-    from ehrbench.benchmarks.physassist.authoring import FUNCTION
+    from ehrbench.benchmarks.physassist.patient_model import FUNCTION
 
     checked = 0
     for s in small["sessions"]:
@@ -1018,10 +1118,12 @@ def test_the_patient_s_facts_and_persona_follow_from_the_record(small):
                 if dose:
                     assert any(d == a["topic"] and float(v) == float(dose.group(1)) for d, v in prescribed
                                if re.match(r"^\d+(\.\d+)?$", v or ""))
-                assert a["withheld"] == ("stopped" in a["responses"]["high"] and readmitted)
+                admits = any(w in a["responses"]["high"] for w in ("stopped", "never started"))
+                assert a["withheld"] == (admits and readmitted)
                 checked += 1
             if a["tool"] == "patient.get_functional_status":
-                assert a["responses"]["high"] == FUNCTION.get(location, FUNCTION["HOME"])[0]
+                key, variants = FUNCTION.get(location, FUNCTION["HOME"])
+                assert a["responses"]["high"] in variants and key in a["responses"]["high"]
     assert checked >= 3
 
 

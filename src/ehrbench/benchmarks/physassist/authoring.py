@@ -5,12 +5,17 @@
 Each session is one patient's last admission, seen on its discharge day (`current_date`), four dependent turns
 along one of the original's 27 arcs (`pipeline/sequences.py`: T0 Information Lookup; T1-T2 lookup, data gathering
 or clinical reasoning; T3 data gathering, reasoning or write/update; tier 2 needs DG or CR in T1-T2, tier 3 CR).
-The tier is the admission's data richness: the tertile of its lab results. Every value in a question, answer or
-rubric item is read through the FHIR tools themselves (`fhir.run_search`, date_to bounded), so what the agent can
-find is what the gold says. T1-T3 questions are implicit (nominal anaphora "it", predicate ellipsis "And ...?",
-abstract event anaphora "Given that, ...") with explicit paraphrases. Each rubric item carries its check
-(`grading.CHECKS`). The patient's answers (`patient_answers`) come from the record and a persona derived by rules
-(`persona`); a poor-adherence, critical_withheld patient admits to stopping a drug only when asked about it by name.
+The tier is the original's per-scenario qualification (`pipeline/patient_prefilter.py`, `qualifies`): what the
+admission holds for the scenario at that level (drug-lab pairs, infection markers and antibiotics, drug, diagnosis
+and lab counts, organ systems and reports); L1 asks no formula, L2-L3 reason with one where it applies
+(CHA2DS2-VASc, Cockcroft-Gault). Every value in a question, answer or rubric item is read through the FHIR tools
+themselves (`fhir.run_search`, date_to bounded), so what the agent can find is what the gold says. T1-T3 questions
+are implicit (nominal anaphora "it", predicate ellipsis "And ...?", abstract event anaphora "Given that, ...") with
+explicit paraphrases; the subtype is the feasible one used least so far (a turn about a new subject can only be
+"Given that, ..."). Each rubric item carries its check (`grading.CHECKS`). The patient's answers
+(`patient_answers`) come from `patient_model`: facts from the record and a persona derived by rules (`persona`),
+checked against the record; a poor-adherence, critical_withheld patient admits to stopping a drug only when asked
+about it by name.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from itertools import product
 from pathlib import Path
 
 from .adapter import PatientRecord
+from . import patient_model
 from .fhir import SCHEMAS, run_search
 from .sessions import SCENARIOS
 
@@ -53,15 +59,6 @@ FREQUENCY = {1: ("once daily", ["once daily", "daily", "qd", "q24h", "once a day
              4: ("QID", ["qid", "four times daily", "q6h", "four times a day", "every 6 hours"])}
 SERVICES = {"HOME HEALTH CARE": "home-health", "REHAB": "physical-therapy", "SKILLED NURSING FACILITY":
             "physical-therapy", "HOME": "primary-care-followup", "CHRONIC/LONG TERM ACUTE CARE": "social-work"}
-FUNCTION = {"HOME": ("I get around on my own and take care of myself at home.", ["own"]),
-            "HOME HEALTH CARE": ("I can walk short distances, but I need help with bathing and dressing.",
-                                 ["bathing"]),
-            "REHAB": ("I can't walk more than a few steps without a walker, and I need help with most things.",
-                      ["walker"]),
-            "SKILLED NURSING FACILITY": ("I can't walk more than a few steps without a walker, and I need help "
-                                         "with most things.", ["walker"]),
-            "CHRONIC/LONG TERM ACUTE CARE": ("I spend most of the day in bed; I need help to sit up and eat.",
-                                             ["bed"])}
 WORDS = {"high": ["high", "elevated", "above"], "low": ["low", "below", "decreased"], "normal": ["normal", "within"]}
 
 
@@ -73,6 +70,25 @@ CHADS_CONDITIONS = (("congestive heart failure", 1, ("I50", "428")), ("hypertens
                     ("prior stroke or TIA", 2, ("I63", "I64", "G45", "434", "435", "436")),
                     ("vascular disease", 1, ("I21", "I22", "I252", "I70", "410", "412", "440")))
 AF = ("I48", "42731")
+SEPSIS, PNEUMONIA = ("A40", "A41", "R652", "038", "99591", "99592"), ("J12", "J13", "J14", "J15", "J18", "480",
+                                                                      "481", "482", "486")
+ANTICOAGULANTS = ("warfarin", "apixaban", "rivaroxaban", "dabigatran", "edoxaban", "enoxaparin", "heparin")
+ANTIBIOTIC_CLASSES = {"penicillin": ("cillin",), "cephalosporin": ("cef",), "glycopeptide": ("vancomycin",),
+                      "fluoroquinolone": ("floxacin",), "carbapenem": ("penem",), "macrolide": ("azithro", "erythro"),
+                      "nitroimidazole": ("metronidazole",), "sulfonamide": ("sulfameth",),
+                      "lincosamide": ("clindamycin",), "lipopeptide": ("daptomycin",), "aminoglycoside": ("tobramycin",)}
+# The world's admissions hold fewer orders, codes and lab rows than MIMIC-IV's: at the original's discharge-planning
+# counts (L3: 30 drugs, 18 diagnoses, 150 lab rows) none of the default world's 174 last admissions qualifies for L3;
+# at 0.7 of them, 19 do. The counts are compared at this scale; every other rule is the original's as written.
+DISCHARGE_COUNT_SCALE = 0.7
+# the organ systems a diagnostic work-up's labs span (the original's _LAB_SYSTEMS, by d_labitems label)
+LAB_SYSTEMS = {"hematologic": ("Hemoglobin", "Platelet Count", "White Blood Cells", "Hematocrit"),
+               "renal": ("Creatinine", "Urea Nitrogen"),
+               "hepatic": ("Bilirubin, Total", "Alanine Aminotransferase (ALT)", "Asparate Aminotransferase (AST)",
+                           "Albumin", "Alkaline Phosphatase"),
+               "metabolic": ("Sodium", "Potassium", "Glucose", "Bicarbonate", "Magnesium"),
+               "coagulation": ("INR(PT)", "PT", "PTT"), "inflammatory": ("C-Reactive Protein", "Lactate"),
+               "cardiac": ("Troponin T", "Troponin I", "Ntprobnp", "Creatine Kinase, Mb Isoenzyme")}
 
 
 # the 18 tools in the session file, as the original's files carry them (without them its harness offers none)
@@ -106,12 +122,63 @@ class Context:
                 self.labs[lab] = rows           # newest first
         self.richness = len(record.rows("SELECT 1 FROM labevents WHERE hadm_id = ? AND charttime <= ?",
                                         (self.hadm, self.date)))
+        self.lab_labels = Counter(r["label"] for r in record.rows(
+            "SELECT d.label FROM labevents l JOIN ref.d_labitems d USING (itemid) WHERE l.hadm_id = ? "
+            "AND l.charttime <= ?", (self.hadm, self.date)))
+        self.ordered = {str(r["drug"]).lower() for r in record.rows(
+            "SELECT DISTINCT drug FROM prescriptions WHERE hadm_id = ?", (self.hadm,))}
+        self.coded = [str(r["icd_code"]) for r in record.rows("SELECT icd_code FROM diagnoses_icd WHERE hadm_id = ?",
+                                                              (self.hadm,))]
+        self.reports = len(record.rows("SELECT 1 FROM radiology WHERE hadm_id = ?", (self.hadm,)))
         self.drugs = self._drugs()
         self.persona = persona(record, admission)
         found = run_search(record, "Condition.search", {"subject_id": self.subject}, self.date)
         self.conditions = sorted({c["code"] for e in found.get("entry", []) for c in
                                   (e["resource"].get("code") or {}).get("coding", [])[:1] if c.get("code")})
         self.patient = run_search(record, "Patient.read", {"subject_id": self.subject}, self.date)
+
+    def qualifies(self, scenario: str, tier: int) -> bool:
+        """The original's stage-2 qualification of an admission for a scenario at a level (`patient_prefilter`:
+        `_qualify_med_safety`, `_qualify_treatment_response`, `_qualify_discharge_planning`,
+        `_qualify_diagnostic_workup`), on what this world records."""
+        coded = lambda prefixes: any(c.startswith(prefixes) for c in self.coded)     # noqa: E731
+        if scenario == "med_safety":
+            pairs = [d for d in self.drugs if DRUG_LAB[d] in self.labs]
+            afib = coded(AF) and any(a in d for d in self.ordered for a in ANTICOAGULANTS)
+            return bool(self.labs and self.ordered) if tier == 1 else len(pairs) >= 1 if tier == 2 else \
+                len(pairs) >= 2 or (afib and len(pairs) >= 1)
+        if scenario == "treatment_response":
+            wbc = len(self.labs.get("White Blood Cells", []))
+            classes = {c for c, keys in ANTIBIOTIC_CLASSES.items() for d in self.ordered if any(k in d for k in keys)}
+            sofa = all(self.lab_labels[lab] for lab in ("Platelet Count", "Bilirubin, Total", "Creatinine"))
+            return bool(wbc and self.ordered) if tier == 1 else wbc >= 2 and bool(classes) if tier == 2 else \
+                wbc >= 3 and len(classes) >= 2 and (sofa or coded(SEPSIS))
+        if scenario == "discharge_planning":
+            drugs, dx, labs = (n / DISCHARGE_COUNT_SCALE for n in (len(self.ordered), len(self.coded), self.richness))
+            return (drugs >= 10 and dx >= 5 and labs > 0) if tier == 1 else \
+                (drugs >= 20 and dx >= 12 and labs > 50) if tier == 2 else (drugs >= 30 and dx >= 18 and labs > 150)
+        systems = sum(1 for labels in LAB_SYSTEMS.values() if any(self.lab_labels[lab] for lab in labels))
+        if tier == 1:
+            return systems >= 2 and self.reports >= 1 and len(self.coded) >= 3
+        if tier == 2:
+            curb = coded(PNEUMONIA) and self.lab_labels["Urea Nitrogen"] > 0
+            return (systems >= 3 and self.reports >= 2 and len(self.coded) >= 5) or curb
+        return (systems >= 4 and self.reports >= 3 and len(self.coded) >= 8) or (
+            coded(SEPSIS) and self.lab_labels["White Blood Cells"] > 0)
+
+    def weight(self) -> tuple[float, str] | None:
+        """The newest body weight in kg the vital-sign search shows (ICU charting, else the clinic's, in lbs)."""
+        found = run_search(self.record, "Observation.search", {"subject_id": self.subject, "category": "vital-signs",
+                                                               "code": "Weight", "_count": 5}, self.date)
+        for e in found.get("entry", []):
+            r = e["resource"]
+            q = r.get("valueQuantity") or {}
+            if q.get("unit") == "kg" and q.get("value"):
+                return float(q["value"]), r["code"]["text"]
+            text = str(r.get("valueString") or "")
+            if "Lbs" in r["code"]["text"] and re.fullmatch(r"[\d.]+", text):
+                return round(float(text) * 0.45359237, 1), r["code"]["text"]
+        return None
 
     def chads_vasc(self) -> tuple[int, list[str]] | None:
         """CHA2DS2-VASc from what Patient.read and Condition.search show (None without atrial fibrillation)."""
@@ -173,69 +240,20 @@ def persona(record: PatientRecord, admission: dict) -> dict:
             "self_diagnosis": "present" if len(earlier) >= 2 else "absent"}
 
 
-def _section(record: PatientRecord, hadm: int, name: str) -> str:
-    notes = record.rows("SELECT text FROM discharge WHERE hadm_id = ?", (hadm,))
-    m = re.search(rf"{name}:\s*\n(.+?)\n\s*\n", notes[0]["text"] if notes else "", re.S)
-    return re.sub(r"\s+", " ", m.group(1)).strip() if m else ""
-
-
-def patient_answers(ctx: Context, focus_drug: str | None) -> list[dict]:
-    """What the patient can say, from the record and the persona, at three literacy levels."""
-    p, out = ctx.persona, []
-    poor, withheld = p["adherence"] == "poor", p["info_completeness"] == "critical_withheld"
-
-    def add(tool, topic, high, medium, low, hidden=False):
-        out.append({"tool": tool, "topic": topic, "withheld": hidden,
-                    "responses": {"high": high, "medium": medium, "low": low}})
-    general = ("I think I'm taking everything I'm supposed to." if poor else
-               "I take all my medicines the way the doctor told me.")
-    add("patient.get_medication_adherence", "", general, general, general)
-    for drug, d in ctx.drugs.items():
-        if poor and drug == focus_drug:
-            add("patient.get_medication_adherence", drug.lower(),
-                f"To be honest, I stopped taking the {drug} about two weeks ago because it made me feel dizzy.",
-                f"Honestly, I stopped the {drug} a couple of weeks ago. It made me dizzy.",
-                f"I quit that {drug} a while back. It made me feel dizzy.", hidden=withheld)
-        else:
-            add("patient.get_medication_adherence", drug.lower(),
-                f"Yes, I take the {drug} {d['dose']} {d['unit']} exactly as prescribed, every day.",
-                f"Yes, I take the {drug} every day like I'm supposed to.",
-                f"Yes, I take that {drug} every day.")
-    complaint = _section(ctx.record, ctx.hadm, "Chief Complaint") or "feeling unwell"
-    own = ""
-    if p.get("self_diagnosis") == "present":
-        dx = ctx.record.rows("SELECT d.long_title FROM diagnoses_icd t JOIN ref.d_icd_diagnoses d USING (icd_code, "
-                             "icd_version) WHERE t.hadm_id = ? ORDER BY t.seq_num LIMIT 1", (ctx.hadm,))
-        own = f" I think it's my {dx[0]['long_title'].lower()} acting up again." if dx else ""
-    add("patient.get_symptom_history", "",
-        f"My main problem was {complaint}. It started about three days before I came in and got steadily worse.{own}",
-        f"I came in because of {complaint}. It started a few days before and kept getting worse.{own}",
-        f"I just had {complaint}, for a few days, and it got worse.{own}")
-    status = str(ctx.admission.get("marital_status") or "").upper()
-    home = "with my spouse" if status == "MARRIED" else "alone"
-    add("patient.get_social_history", "", f"I live {home}. I don't smoke, and I drink alcohol only occasionally.",
-        f"I live {home}. No smoking, and just a drink now and then.", f"I live {home}. I don't smoke. I drink a little.")
-    function = FUNCTION.get(str(ctx.admission.get("discharge_location")), FUNCTION["HOME"])[0]
-    add("patient.get_functional_status", "", function, function, function)
-    pain = 6 if "pain" in complaint.lower() else 2
-    where = f"It's from the {complaint.lower()}." if pain == 6 else "Nothing much hurts right now."
-    add("patient.get_pain_assessment", "", f"My pain is about a {pain} out of 10. {where}",
-        f"It hurts about {pain} out of 10. {where}", f"It hurts, like a {pain} out of 10. {where}")
-    return out
-
-
 class Builder:
     """The turns of one session: each builder returns (type, subtype, question, explicit, source, items, actions,
     answer, what it is about), or None when the record cannot support it; `turn` keeps a question implicit only
     when its "it" has something in the previous turn to refer to."""
 
-    def __init__(self, ctx: Context, scenario: str, rng: random.Random, tier: int = 1):
+    def __init__(self, ctx: Context, scenario: str, rng: random.Random, tier: int = 1, used: Counter | None = None):
         self.ctx, self.scenario, self.rng, self.tier = ctx, scenario, rng, tier
+        self.used = Counter(used)                 # subtypes so far: the set's before this session, then its own
         self.drug = next((d for d in ctx.drugs if DRUG_LAB[d] in ctx.labs), None)
         self.lab = self._focus_lab()
         self.others = [lab for lab in ctx.labs if lab != self.lab]
         self.patient_used = False
-        self.answers = patient_answers(ctx, self.drug)
+        self.patient = patient_model.build(ctx, self.drug)
+        self.answers = patient_model.answers(self.patient, ctx.persona)
         self.last: str | None = None           # what the previous turn was about: what "it" can refer to
         self.done: set[tuple[str, str]] = set()   # (turn builder, lab) already asked: a repeated type moves on
         self.entities: list[str | None] = []      # what each turn was about: the session's dep_graph
@@ -254,7 +272,7 @@ class Builder:
         return {"name": "Observation.search", "arguments": {"subject_id": self.ctx.subject, "hadm_id": self.ctx.hadm,
                                                             "category": "laboratory", "code": lab, "_count": count}}
 
-    def lookup(self, first: bool, subtype: str | None):
+    def lookup(self, first: bool):
         c = self.ctx
         if first and self.scenario == "med_safety":
             d = c.drugs[self.drug]
@@ -296,14 +314,15 @@ class Builder:
         return IL, None if first else "PE", q, explicit, "ehr", items, [self._lab_call(lab)], answer, lab
 
     def _next_lab(self, kind: str, values: int = 1) -> str | None:
-        """The focus lab, or when it was asked about in this way already, the next lab with enough results."""
-        for lab in [self.lab] + [lab for lab in LABS if lab in self.ctx.labs]:
+        """The lab the previous turn was about (so "it" has its antecedent), else the focus lab, or when it was asked
+        about in this way already, the next lab with enough results."""
+        for lab in [self.last, self.lab] + [lab for lab in LABS if lab in self.ctx.labs]:    # staying on "it"
             if lab and (kind, lab) not in self.done and len(self.ctx.labs.get(lab, [])) >= values:
                 self.done.add((kind, lab))
                 return lab
         return None
 
-    def trend(self, subtype: str):
+    def trend(self):
         c, lab = self.ctx, self._next_lab("trend", 2)
         if lab is None:
             return None
@@ -317,7 +336,7 @@ class Builder:
             ("falling", ["falling", "decreased", "down"]) if last < first * 0.95 else ("stable", ["stable", "unchanged"])
         explicit = f"How has the {lab.lower()} trended this admission?"
         q = {"NA": "How has it trended this admission?", "PE": "And over the whole admission?",
-             "AE": "Has that been going on all admission?"}[subtype]
+             "AE": "Has that been going on all admission?"}
         extreme = "lowest" if state == "low" else "highest"
         items = [_item(f"The answer cites the first value this admission ({_num(first)} {unit})",
                        {"kind": "cites", "value": _num(first)}),
@@ -327,9 +346,9 @@ class Builder:
                  _item(f"The answer describes the trend as {direction[0]}", {"kind": "mentions", "any": direction[1]})]
         answer = (f"The {lab.lower()} went from {_num(first)} {unit} at the first draw to {_num(last)} {unit} most "
                   f"recently ({len(values)} results, {extreme} {_num(peak)} {unit}): {direction[0]}.")
-        return DG, subtype, q, explicit, "ehr", items, [self._lab_call(lab)], answer, lab
+        return DG, None, q, explicit, "ehr", items, [self._lab_call(lab)], answer, lab
 
-    def interview(self, subtype: str):
+    def interview(self):
         """A data-gathering turn answered by the patient (at most one per session)."""
         if self.patient_used:
             return None
@@ -339,20 +358,20 @@ class Builder:
             tool, args = "patient.get_medication_adherence", {"drug": self.drug}
             explicit = f"Is the patient actually taking the {self.drug} at home?"
             q = {"NA": "Is the patient actually taking it at home?", "PE": "And at home?",
-                 "AE": "Has that been happening at home too?"}[subtype]
+                 "AE": "Has that been happening at home too?"}
         elif self.scenario == "discharge_planning":
             tool, args = "patient.get_functional_status", {}
             explicit = q = {"NA": "How is the patient managing day to day?", "PE": "And day-to-day function?",
-                            "AE": "How is that affecting the patient day to day?"}[subtype]
+                            "AE": "How is that affecting the patient day to day?"}
             explicit = "Ask the patient how they are managing their daily activities."
         elif self.scenario == "treatment_response":
             tool, args = "patient.get_pain_assessment", {}
-            q = {"NA": "How is the pain now?", "PE": "And the pain?", "AE": "Is that causing the patient pain?"}[subtype]
+            q = {"NA": "How is the pain now?", "PE": "And the pain?", "AE": "Is that causing the patient pain?"}
             explicit = "Ask the patient to rate their pain now."
         else:
             tool, args = "patient.get_symptom_history", {}
             q = {"NA": "What brought the patient in?", "PE": "And the symptoms?",
-                 "AE": "How did that start for the patient?"}[subtype]
+                 "AE": "How did that start for the patient?"}
             explicit = "Ask the patient about the symptoms that brought them in."
         from .patient import PatientFacts
 
@@ -361,9 +380,9 @@ class Builder:
         actions = [{"name": tool, "arguments": args}]
         entity = {"patient.get_medication_adherence": self.drug, "patient.get_functional_status": "disposition",
                   "patient.get_pain_assessment": "pain"}.get(tool, "symptoms")        # what "it" next refers to
-        return DG, subtype, q, explicit, "patient", items, actions, f"The patient reports: {reply}{conclusion}", entity
+        return DG, None, q, explicit, "patient", items, actions, f"The patient reports: {reply}{conclusion}", entity
 
-    def gather(self, subtype: str):
+    def gather(self):
         """A data-gathering turn from two sources, the record and the patient (the original's "mixed" turns): the
         scenario's fact in the record (the drug's order, the focus lab, the disposition) beside what the patient
         says about it, and, where they disagree (an active order the patient stopped taking), the discrepancy."""
@@ -381,7 +400,7 @@ class Builder:
                         "taking it at home.")
             q = {"NA": "Check it both ways: the chart and what the patient actually takes.",
                  "PE": "And the chart against what the patient says?",
-                 "AE": "Does that match what the patient is actually doing?"}[subtype]
+                 "AE": "Does that match what the patient is actually doing?"}
         elif self.scenario == "discharge_planning":
             location = str(c.admission["discharge_location"])
             record_call = {"name": "Encounter.search", "arguments": {"subject_id": c.subject, "hadm_id": c.hadm}}
@@ -391,7 +410,7 @@ class Builder:
             explicit = "Check the discharge plan in the chart against how the patient says they are managing."
             q = {"NA": "Does that fit how the patient is managing? Check with the patient.",
                  "PE": "And against how the patient is managing?",
-                 "AE": "Does that match how the patient says they are doing?"}[subtype]
+                 "AE": "Does that match how the patient says they are doing?"}
         else:
             lab = self.lab
             v, unit, lo, hi, state, when = c.lab_state(lab)
@@ -403,39 +422,49 @@ class Builder:
             explicit = f"Put the latest {lab.lower()} beside what the patient reports about their {what}."
             q = {"NA": f"How does that fit with the patient's {what}? Ask them.",
                  "PE": f"And the patient's {what}, beside it?",
-                 "AE": f"Does that go with what the patient says about their {what}?"}[subtype]
-        spoken = self.interview(subtype)
+                 "AE": f"Does that go with what the patient says about their {what}?"}
+        spoken = self.interview()
         if spoken is None:
             return None
         _, _, _, _, _, patient_items, patient_actions, patient_answer, entity = spoken
         reply = patient_answer[len("The patient reports: "):]
-        stopped = self.scenario == "med_safety" and "stopped" in reply.lower()
+        stopped = self.scenario == "med_safety" and self._stopped(reply)
         items = record_items + patient_items[:2]
         conclusion = ""
         if stopped:
             items.append(_item("The answer points out the discrepancy: the order is active but the patient stopped "
-                               "taking it", {"kind": "mentions", "any": ["discrepancy", "not taking", "stopped"]}))
+                               "taking it", {"kind": "mentions", "any": ["discrepancy", "not taking", "stopped",
+                                                                        "never started"]}))
             conclusion = " The order is active, but the patient is not taking it: a discrepancy to reconcile."
         answer = f"{fact}. The patient reports: {reply}{conclusion}"
         about = self.drug if self.scenario == "med_safety" and self.drug else \
             "disposition" if self.scenario == "discharge_planning" else self.lab
-        return DG, subtype, q, explicit, "mixed", items, [record_call, *patient_actions], answer, about
+        return DG, None, q, explicit, "mixed", items, [record_call, *patient_actions], answer, about
+
+    def _stopped(self, reply: str) -> bool:
+        """Whether the patient's reply admits to not taking the session's drug."""
+        s = self.patient.stopped
+        return bool(s) and s.drug == self.drug and s.reason.lower() in reply.lower()
 
     def _interview_items(self, tool: str, reply: str) -> tuple[list, str]:
-        """The items of an interview turn, and the conclusion the gold answer draws from the patient's words."""
-        low = reply.lower()
+        """The items of an interview turn, and the conclusion the gold answer draws from the patient's words (the
+        facts behind them: `self.patient`)."""
+        m = self.patient
         if tool == "patient.get_medication_adherence":
-            stopped = "stopped" in low
-            return [_item(f"The answer reports whether the patient takes the {self.drug} as prescribed",
-                          {"kind": "mentions", "any": ["stopped", "not taking"] if stopped else
-                           ["as prescribed", "every day"]}),
+            if self._stopped(reply):
+                s = m.stopped
+                return [_item(f"The answer reports that the patient is not taking the {self.drug} ({s.when})",
+                              {"kind": "mentions", "any": ["stopped", "not taking", "never started", "not been taking"]}),
+                        _item(f"The answer names the {self.drug}", {"kind": "mentions", "any": [self.drug.lower()]}),
+                        _item(f"The answer gives the patient's reason ({s.reason})",
+                              {"kind": "mentions", "any": s.reason_words})], ""
+            return [_item(f"The answer reports that the patient takes the {self.drug} as prescribed",
+                          {"kind": "mentions", "any": ["as prescribed", "every day"]}),
                     _item(f"The answer names the {self.drug}", {"kind": "mentions", "any": [self.drug.lower()]}),
-                    _item("The answer gives the patient's reason for stopping (dizziness)" if stopped else
-                          "The answer does not claim the patient stopped the drug",
-                          {"kind": "mentions", "any": ["dizzy", "dizziness"]} if stopped else {"kind": "absent", "any": ["stopped"]})
-                    ], ""
+                    _item("The answer does not claim the patient stopped the drug",
+                          {"kind": "absent", "any": ["stopped"]})], ""
         if tool == "patient.get_functional_status":
-            key = next(w for text, words in FUNCTION.values() if text.lower() == low for w in words)
+            key = m.function_key
             alone, location = key == "own", str(self.ctx.admission["discharge_location"]).lower()
             return [_item(f"The answer reports the patient's function as the patient describes it ({key})",
                           {"kind": "mentions", "any": [key]}),
@@ -447,24 +476,30 @@ class Builder:
                 (" The patient is independent at home" if alone else " The patient needs help with daily "
                  "activities") + f", consistent with discharge to {location}."
         if tool == "patient.get_pain_assessment":
-            score = int(re.search(r"about a (\d+) out of 10", reply).group(1))
+            score = m.pain_now
             severity = "mild" if score < 4 else "moderate" if score < 7 else "severe"
-            where = re.search(r"It's from the (.+?)\.", reply)
-            return [_item(f"The answer reports the pain score as {score}/10", {"kind": "cites", "value": score}),
-                    _item(f"The answer grades the pain as {severity}", {"kind": "mentions", "any": [severity]}),
-                    _item(f"The answer relates the pain to the presenting complaint ({where.group(1)})",
-                          {"kind": "mentions", "any": [where.group(1)]}) if where else
-                    _item("The answer says little hurts now", {"kind": "mentions", "any": ["nothing much", "little"]})
-                    ], f" That is {severity} pain."
-        complaint = re.search(r"My main problem was (.+?)\. It started", reply).group(1)
-        return [_item(f"The answer reports the presenting complaint ({complaint})",
-                      {"kind": "mentions", "any": [complaint.lower()]}),
-                _item("The answer reports the onset (about three days before admission)",
-                      {"kind": "mentions", "any": ["three days", "3 days"]}),
-                _item("The answer reports that the symptoms got worse before admission",
-                      {"kind": "mentions", "any": ["worse"]})], ""
+            items = [_item(f"The answer reports the pain score as {score}/10", {"kind": "cites", "value": score}),
+                     _item(f"The answer grades the pain as {severity}", {"kind": "mentions", "any": [severity]})]
+            if m.pain_site:
+                items.append(_item(f"The answer notes the improvement from {m.pain_at_admission}/10 at admission",
+                                   {"kind": "cites", "value": m.pain_at_admission}))
+            return items, f" That is {severity} pain" + (
+                f", down from {m.pain_at_admission}/10 at admission." if m.pain_site else ".")
+        onset = {"sudden": (["suddenly", "sudden", "abrupt", "abruptly", "all at once", "out of nowhere"],
+                            "came on suddenly"),
+                 "days": (["days", "week"], "developed over days"),
+                 "planned": (["weeks", "months", "planned", "scheduled"], "long-standing; the admission was planned")
+                 }[m.onset_kind]
+        items = [_item(f"The answer reports the presenting complaint ({m.complaint})",
+                       {"kind": "mentions", "any": [m.complaint.lower()]}),
+                 _item(f"The answer reports the onset as the patient gives it ({m.onset.rstrip('.')})",
+                       {"kind": "mentions", "any": onset[0]})]
+        if m.own_diagnosis:
+            items.append(_item(f"The answer notes that the patient attributes it to their {m.own_diagnosis}",
+                               {"kind": "mentions", "any": [m.own_diagnosis]}))
+        return items, f" The onset: {onset[1]}."
 
-    def stroke_risk(self, subtype: str):
+    def stroke_risk(self):
         """A formula-based reasoning turn (the original's CHA2DS2-VASc prompts): for a patient with atrial
         fibrillation, the score from the patient's age and sex and their conditions, and whether it indicates
         anticoagulation (2 or more for men, 3 or more for women)."""
@@ -478,7 +513,7 @@ class Builder:
         indicated = score >= (3 if female else 2)
         explicit = "What is the patient's CHA2DS2-VASc score, and is anticoagulation indicated?"
         q = {"NA": "What is the stroke risk from the atrial fibrillation (CHA2DS2-VASc)?",
-             "PE": "And the CHA2DS2-VASc?", "AE": "Given that, is anticoagulation indicated?"}[subtype]
+             "PE": "And the CHA2DS2-VASc?", "AE": "Given that, is anticoagulation indicated?"}
         items = [_item(f"The answer gives the CHA2DS2-VASc score as {score}", {"kind": "cites", "value": score}),
                  _item("The answer concludes that anticoagulation is " + ("indicated" if indicated else
                                                                           "not clearly indicated"),
@@ -489,13 +524,60 @@ class Builder:
         if parts:
             items.append(_item(f"The answer names what scores ({', '.join(parts)})",
                                {"kind": "mentions", "any": [parts[0].split(' or ')[0]]}))
-        answer = (f"The CHA2DS2-VASc score is {score} ({', '.join(parts) or 'no risk factors'}): anticoagulation is "
+        answer = (f"The CHA2DS2-VASc score is {score} ({', '.join(parts) or 'no risk factors'}) for the atrial "
+                  "fibrillation: anticoagulation is "
                   + ("indicated." if indicated else "not clearly indicated (consider it against bleeding risk)."))
         actions = [{"name": "Patient.read", "arguments": {"subject_id": c.subject}},
                    {"name": "Condition.search", "arguments": {"subject_id": c.subject}}]
-        return CR, subtype, q, explicit, "ehr", items, actions, answer, "atrial fibrillation"
+        return CR, None, q, explicit, "ehr", items, actions, answer, "atrial fibrillation"
 
-    def reasoning(self, subtype: str):
+    def clearance(self):
+        """A formula-based reasoning turn (the original's L2 option B, Cockcroft-Gault for CrCl): creatinine
+        clearance from age, sex, weight and the latest creatinine, and what it means for a renally cleared drug
+        the patient is on (enoxaparin: 30 mg once daily below 30 mL/min; metformin: stop below 30, do not
+        start or reduce below 45)."""
+        c = self.ctx
+        weight = c.weight() if "Creatinine" in c.labs and ("clearance", "") not in self.done else None
+        if weight is None:
+            return None
+        self.done.add(("clearance", ""))
+        kg, source = weight
+        age, female = int(c.patient.get("_anchor_age") or 0), c.patient.get("gender") == "female"
+        cr = c.lab_state("Creatinine")[0]
+        crcl = round((140 - age) * kg / (72 * cr) * (0.85 if female else 1))
+        band = "below 30" if crcl < 30 else "30-59" if crcl < 60 else "60 or more"
+        drug = next((d for d in ("Enoxaparin sodium", "Metformin") if d in c.drugs), None)
+        if drug == "Enoxaparin sodium":
+            advice, words = ("reduce the enoxaparin to 30 mg once daily", ["30 mg", "reduce"]) if crcl < 30 else \
+                ("continue the enoxaparin at its current dose", ["continue", "no change", "no dose adjustment"])
+        elif drug == "Metformin":
+            advice, words = ("stop the metformin", ["stop", "hold", "discontinue"]) if crcl < 30 else \
+                ("reduce the metformin dose", ["reduce", "lower"]) if crcl < 45 else \
+                ("continue the metformin", ["continue", "no change"])
+        else:
+            advice, words = ("adjust renally cleared drugs to the reduced clearance", ["adjust", "reduce",
+                                                                                       "renal dosing"]) \
+                if crcl < 60 else ("no renal dose adjustment is needed", ["no renal dose adjustment",
+                                                                          "no dose adjustment", "no adjustment",
+                                                                          "adequate"])
+        explicit = "What is the patient's creatinine clearance (Cockcroft-Gault), and does it change any dosing?"
+        q = {"NA": "What's the creatinine clearance on that?" if self.last == "Creatinine" else
+             "What is the creatinine clearance (Cockcroft-Gault)?",
+             "PE": "And the creatinine clearance?", "AE": "Given that, what is the creatinine clearance?"}
+        items = [_item(f"The answer gives the creatinine clearance as about {crcl} mL/min (Cockcroft-Gault)",
+                       {"kind": "near", "value": crcl, "tolerance": 0.05}),
+                 _item(f"The answer uses the latest creatinine ({_num(cr)} mg/dL)", {"kind": "cites", "value": _num(cr)}),
+                 _item(f"The answer uses the weight ({_num(kg)} kg, {source})", {"kind": "cites", "value": _num(kg)}),
+                 _item(f"The answer concludes: {advice}", {"kind": "mentions", "any": words})]
+        answer = (f"Cockcroft-Gault: (140 - {age}) x {_num(kg)} kg / (72 x {_num(cr)} mg/dL)"
+                  + (" x 0.85" if female else "") + f" = about {crcl} mL/min ({band}); {advice}.")
+        actions = [{"name": "Patient.read", "arguments": {"subject_id": c.subject}},
+                   {"name": "Observation.search", "arguments": {"subject_id": c.subject, "category": "vital-signs",
+                                                                "code": "Weight", "_count": 5}},
+                   self._lab_call("Creatinine")]
+        return CR, None, q, explicit, "ehr", items, actions, answer, "Creatinine"
+
+    def reasoning(self):
         c, lab = self.ctx, self._next_lab("reasoning")
         if lab is None:
             return None
@@ -505,7 +587,7 @@ class Builder:
         explicit = (f"Given the {lab.lower()} of {_num(v)} {unit}, does{drug} need to change?" if drug else
                     f"Given the {lab.lower()} of {_num(v)} {unit}, does anything need to change?")
         q = {"NA": f"Does it change{drug or ' anything'}?" if drug else "Is it a concern?",
-             "PE": "And what should we do?", "AE": "Given that, does anything need to change?"}[subtype]
+             "PE": "And what should we do?", "AE": "Given that, does anything need to change?"}
         act = ["recheck", "repeat"] if state != "normal" else ["no change", "continue"]
         items = [_item(f"The answer cites the {lab.lower()} as {_num(v)} {unit}", {"kind": "cites", "value": _num(v)}),
                  _item(f"The answer compares it with the reference range (here {_num(lo)}-{_num(hi)} {unit})",
@@ -530,9 +612,9 @@ class Builder:
         if drug and danger and self.drug.lower() in danger:     # the drug is what the value contraindicates
             about = f" Hold the {self.drug} until the repeat level."
         answer = f"The {lab.lower()} is {_num(v)} {unit}; {verdict}.{about}"
-        return CR, subtype, q, explicit, "ehr", items, [self._lab_call(lab)], answer, lab
+        return CR, None, q, explicit, "ehr", items, [self._lab_call(lab)], answer, lab
 
-    def write(self, subtype: str):
+    def write(self):
         c = self.ctx
         if self.scenario in ("med_safety", "treatment_response") and self.drug:
             d = c.drugs[self.drug]
@@ -540,7 +622,7 @@ class Builder:
             explicit = f"Please reorder the {self.drug} at the current dose and route, {freq}, for discharge."
             q = {"NA": f"Please reorder it at the current dose and route, {freq}, for discharge.",
                  "PE": f"And reorder for discharge, same dose and route, {freq}.",
-                 "AE": f"Given that, reorder it for discharge at the same dose and route, {freq}."}[subtype]
+                 "AE": f"Given that, reorder it for discharge at the same dose and route, {freq}."}
             wrong = [w for r, ws in ROUTES.items() if r != d["route"] for w in ws[:2]]
             items = [_item(f"The order's medication is {self.drug}", {"kind": "write", "tool": "MedicationRequest.create",
                                                                      "field": "medication",
@@ -563,7 +645,7 @@ class Builder:
                                                                           "medication": self.drug}},
                        {"name": "MedicationRequest.create", "arguments": args}]
             answer = f"Ordered {self.drug} {d['dose']} {d['unit']} {d['route']} {freq} for discharge."
-            return WU, subtype, q, explicit, "write", items, actions, answer, self.drug
+            return WU, None, q, explicit, "write", items, actions, answer, self.drug
         lab = self.lab
         normal = lab is None or c.lab_state(lab)[4] == "normal"
         if self.scenario == "discharge_planning" or normal:        # nothing abnormal to flag: a follow-up
@@ -571,7 +653,7 @@ class Builder:
                 if self.scenario == "discharge_planning" else "primary-care-followup"
             explicit = f"Please put in a routine {service} referral for discharge."
             q = {"NA": f"Please put one in: a routine {service} referral.", "PE": f"And a routine {service} referral.",
-                 "AE": f"Given that, put in a routine {service} referral."}[subtype]
+                 "AE": f"Given that, put in a routine {service} referral."}
             items = [_item(f"The service type is {service}", {"kind": "write", "tool": "ServiceRequest.create",
                                                               "field": "service_type", "any": [service]}),
                      _item("The priority is routine", {"kind": "write", "tool": "ServiceRequest.create",
@@ -580,12 +662,12 @@ class Builder:
                            {"kind": "write_absent", "tool": "MedicationRequest.create"})]
             args = {"subject_id": c.subject, "service_type": service, "priority": "routine"}
             answer = f"Created a routine {service} referral for discharge."
-            return WU, subtype, q, explicit, "write", items, [{"name": "ServiceRequest.create",
+            return WU, None, q, explicit, "write", items, [{"name": "ServiceRequest.create",
                                                                "arguments": args}], answer, "referral"
         v, unit, _, _, state, _ = c.lab_state(lab)
         explicit = f"Please put a clinical flag on the chart for the {lab.lower()} of {_num(v)} {unit}."
         q = {"NA": "Please flag it on the chart.", "PE": "And flag it on the chart.",
-             "AE": "Given that, put a flag on the chart."}[subtype]
+             "AE": "Given that, put a flag on the chart."}
         items = [_item("The flag's category is clinical", {"kind": "write", "tool": "Flag.create", "field": "category",
                                                           "any": ["clinical"]}),
                  _item(f"The flag's detail names the {lab.lower()}", {"kind": "write", "tool": "Flag.create",
@@ -599,33 +681,50 @@ class Builder:
         args = {"subject_id": c.subject, "category": "clinical", "code": code,
                 "detail": f"{lab} {_num(v)} {unit} ({state}) on {c.lab_state(lab)[5]}"}
         answer = f"Flagged the chart: {args['detail']}."
-        return WU, subtype, q, explicit, "write", items, [self._lab_call(lab), {"name": "Flag.create",
+        return WU, None, q, explicit, "write", items, [self._lab_call(lab), {"name": "Flag.create",
                                                                                 "arguments": args}], answer, lab
 
-    def turn(self, kind: str, index: int, subtype: str | None):
+    def turn(self, kind: str, index: int):
         if kind == IL:
-            made = self.lookup(index == 0, subtype)
+            made = self.lookup(index == 0)
         elif kind == DG:
             roll = self.rng.random()
             if not self.patient_used and (self.tier == 3 or roll < 0.35):   # the original's L3 needs a mixed turn
-                made = self.gather(subtype) or self.trend(subtype)
+                made = self.gather() or self.trend()
             elif self.scenario != "treatment_response" and not self.patient_used and roll < 0.6:
-                made = self.interview(subtype)
+                made = self.interview()
             else:
-                made = self.trend(subtype) or self.interview(subtype)
+                made = self.trend() or self.interview()
         elif kind == CR:
-            made = self.stroke_risk(subtype) or self.reasoning(subtype)
+            formulas = [self.stroke_risk, self.clearance]
+            self.rng.shuffle(formulas)
+            made = (formulas[0]() or formulas[1]() if self.tier >= 2 else None) or \
+                self.reasoning()             # the original's L1: no formula; L2-L3 use one where it applies
         else:
-            made = self.write(subtype)
+            made = self.write()
         if made is None:
             return None
+        kind_, _, asked, explicit, *rest = made
         entity = made[-1]
-        if made[1] and kind != IL and entity and entity != self.last and not (
-                kind == CR and self.last == self.drug and self.scenario == "med_safety"):
-            made = (made[0], None, made[3], *made[3:])  # nothing for "it" to refer to: asked explicitly
-        elif kind == CR and made[1] and self.last == self.drug and self.scenario == "med_safety" and self.drug \
-                and made[-1] == self.lab:
-            made = (made[0], "NA", f"Does the {self.lab.lower()} change how we dose it?", *made[3:])
+        if index == 0:
+            subtype, asked = None, explicit
+        elif kind == CR and self.last == self.drug and self.scenario == "med_safety" and self.drug \
+                and entity == self.lab:               # the drug's monitoring lab: "it" is the drug
+            subtype, asked = "NA", f"Does the {self.lab.lower()} change how we dose it?"
+        elif isinstance(asked, str):                # a lookup of the next lab: "What about the sodium?"
+            subtype = "PE"
+        elif entity and entity == self.last:        # "it" has its antecedent: any subtype, the least used
+            subtype = pick_subtype(["NA", "PE", "AE"], self.used, self.rng)
+            asked = asked[subtype]
+        else:
+            # nothing for "it" to refer to: the one feasible subtype is the abstract event ("Given that, ..."),
+            # naming the new subject
+            subtype = "AE"
+            asked = "And g" + explicit[1:] if explicit.startswith("Given ") else \
+                "Given that, " + explicit[0].lower() + explicit[1:]
+        if subtype:
+            self.used[subtype] += 1
+        made = (kind_, subtype, asked, explicit, *rest)
         self.last = entity
         self.entities.append(entity)
         return made[:-1]
@@ -654,10 +753,9 @@ def _observation(record: PatientRecord, action: dict, current_date: str, answers
     return run_search(record, name, action["arguments"], current_date)
 
 
-def pick_subtype(kind: str, used: Counter, rng: random.Random) -> str:
-    """The original's balance (generate_all): the feasible subtype used least so far, ties at random; AE (an
-    abstract event to refer back to) is never asked of an Information Lookup turn."""
-    feasible = [t for t in ("NA", "PE", "AE") if not (kind == IL and t == "AE")]
+def pick_subtype(feasible: list[str], used: Counter, rng: random.Random) -> str:
+    """The original's balance (generate_all): the feasible subtype used least so far, ties at random."""
+    feasible = list(feasible)
     rng.shuffle(feasible)
     return min(feasible, key=lambda t: used[t])
 
@@ -669,12 +767,12 @@ def build_session(ctx: Context, scenario: str, tier: int, index: int, rng: rando
     used = Counter() if used is None else used
     arcs = eligible_arcs(tier)
     for arc in rng.sample(arcs, len(arcs)):
-        builder = Builder(ctx, scenario, random.Random(rng.random()), tier)
+        builder = Builder(ctx, scenario, random.Random(rng.random()), tier, used)
         if scenario == "med_safety" and not builder.drug or builder.lab is None:
             return None
         turns = []
         for i, kind in enumerate(arc):
-            turn = builder.turn(kind, i, None if i == 0 else pick_subtype(kind, used, rng))
+            turn = builder.turn(kind, i)
             if turn is None:
                 break
             turns.append(turn)
@@ -719,7 +817,8 @@ def encode(ctx: Context, scenario: str, tier: int, index: int, arc: tuple, turns
 
 
 def author(source: Path, folder: Path, per_cell: int, seed: int) -> dict[str, list[dict]]:
-    """Sessions per scenario: `per_cell` per tier, patients distinct within a scenario and tier."""
+    """Sessions per scenario: `per_cell` per tier from the admissions that qualify for it (`Context.qualifies`),
+    patients distinct within a scenario."""
     conn = sqlite3.connect(f"file:{source.resolve()}?mode=ro", uri=True)
     conn.row_factory = sqlite3.Row
     last = [dict(r) for r in conn.execute(
@@ -734,20 +833,19 @@ def author(source: Path, folder: Path, per_cell: int, seed: int) -> dict[str, li
         ctx = Context(record, adm, random.Random(f"{seed}/{adm['hadm_id']}"))
         if ctx.labs:
             contexts.append(ctx)
-    ranked = sorted(contexts, key=lambda c: (c.richness, c.hadm))
-    third = len(ranked) / 3
-    tiers = {c.hadm: 1 + min(2, int(i / third)) for i, c in enumerate(ranked)}
     out: dict[str, list[dict]] = defaultdict(list)
     used: Counter = Counter()                 # subtypes so far, across the whole set (the original's balance)
     for scenario in SCENARIOS:
-        for tier in (1, 2, 3):
-            pool = [c for c in contexts if tiers[c.hadm] == tier]
+        taken: set[int] = set()               # a patient once per scenario; the scarcest level is filled first
+        for tier in (3, 2, 1):
+            pool = [c for c in contexts if c.hadm not in taken and c.qualifies(scenario, tier)]
             rng.shuffle(pool)
             made = 0
             for ctx in pool:
                 session = build_session(ctx, scenario, tier, len(out[scenario]), rng, used)
                 if session is not None:
                     out[scenario].append(session)
+                    taken.add(ctx.hadm)
                     made += 1
                 if made == per_cell:
                     break

@@ -27,6 +27,8 @@ from .sessions import Turn
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 CHECKS = {
     "cites": "a number in the answer equals `value` at the precision it is written with (0.9 = 0.90)",
+    "near": "a number in the answer lies within `tolerance` (relative, at least 1) of `value`: a computed figure "
+            "(a clearance) whose inputs an agent may round differently",
     "mentions": "the answer says one of `any` (case-insensitive, as words)",
     "absent": "no sentence of the answer says one of `any` without first negating it (a dangerous recommendation "
               "absent: 'avoid X' is no recommendation of X)",
@@ -108,6 +110,11 @@ def decide(check: dict | None, work: TurnWork) -> tuple[bool | None, str]:
     if kind == "cites":
         ok = cites(work.answer, float(check["value"]))
         return ok, f"{check['value']} {'stated' if ok else 'not stated'} in the answer"
+    if kind == "near":
+        value, tolerance = float(check["value"]), float(check.get("tolerance", 0.1))
+        numbers = [float(n) for n in NUMBER.findall(MOMENTS.sub(" ", work.answer.replace(",", "")))]
+        ok = any(abs(n - value) <= max(tolerance * abs(value), 1) for n in numbers)
+        return ok, f"about {check['value']} {'stated' if ok else 'not stated'} in the answer"
     if kind == "mentions":
         found = [w for w in words if _says(answer, w)]
         return bool(found), f"says {found[0]!r}" if found else f"says none of {words}"
