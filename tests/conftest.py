@@ -149,14 +149,16 @@ def _stop_process_group(head: subprocess.Popen) -> None:
 
 
 EHRCHATQA_OPTIONS = {"name": "ehrchatqa", "databases": ["mimic_iv_star", "eicu_star"], "flows": ["incre", "adapt"],
-                     "task_dir": str(TASK_DIR), "sql_timeout_s": 60, "web_search": "vocabulary"}
+                     "task_dir": str(TASK_DIR), "sql_timeout_s": 60, "web_search": "vocabulary",
+                     "reask_wait_s": 0.01}      # the original waits 3 s before asking again after a malformed call
 
 
 def ehrchatqa_settings(**fields):
     """TrialSettings for EHR-ChatQA as the driver would make them (reference agent, scripted user by default)."""
     from ehrbench.benchmark import TrialSettings
 
-    return TrialSettings(benchmark="ehrchatqa", benchmark_options=EHRCHATQA_OPTIONS, **fields)
+    fields.setdefault("benchmark_options", EHRCHATQA_OPTIONS)
+    return TrialSettings(benchmark="ehrchatqa", **fields)
 
 
 def local_hosts(dbs, index=None):

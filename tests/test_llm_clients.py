@@ -31,7 +31,7 @@ def test_tool_call_and_usage_are_parsed_and_one_call_per_step_is_requested(model
     if model_factory.provider == "openai":
         assert body["parallel_tool_calls"] is False and body["temperature"] == 0.0
         assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "tool"]
-        assert body["messages"][3] == {"role": "tool", "tool_call_id": "c1", "content": "[(100,)]"}
+        assert body["messages"][3] == {"role": "tool", "tool_call_id": "c1", "name": "sql_execute", "content": "[(100,)]"}
     else:
         assert [c["role"] for c in body["contents"]] == ["user", "model", "user"]
         assert body["contents"][2]["parts"][0]["functionResponse"]["name"] == "sql_execute"

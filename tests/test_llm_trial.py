@@ -16,7 +16,7 @@ from ehrbench.llm.usage import MeteredModel, Price, UsageMeter
 from ehrbench.trial import Message, Turn
 from ehrbench.users.llm_user import LLMUser, UserPrompts
 
-from .conftest import TASK_DIR, ehrchatqa_settings, run_local_trial
+from .conftest import EHRCHATQA_OPTIONS, TASK_DIR, ehrchatqa_settings, run_local_trial
 from .fake_llm_server import FakeLLMServer, Reply
 
 FAST = {"max_attempts": 3, "initial_backoff_s": 0.01, "max_backoff_s": 0.05}
@@ -100,15 +100,61 @@ def test_validator_rejection_reruns_with_the_explanation_carried_over(server, ta
                for p in checker_prompts[5:])
 
 
-def test_malformed_tool_call_gets_an_error_observation_and_the_agent_goes_on(server, task, dbs):
+def test_under_the_ehrbench_contract_a_malformed_call_gets_an_error_observation_and_the_agent_goes_on(server, task,
+                                                                                                      dbs):
     server.push(Reply(text="how many patients?"), Reply(text=END_TOKEN), model="user-llm")
     server.push(Reply(tool="sql_execute", raw_args='{"query": "SELECT'),
                 Reply(tool="sql_execute", args={"query": task.gold_sql}), Reply(text="done"), model="agent-llm")
-    settings = settings_for(server, user_strategy="plain", validator_model=None)
+    settings = settings_for(server, user_strategy="plain", validator_model=None,
+                            benchmark_options={**EHRCHATQA_OPTIONS, "contract": "ehrbench"})
     [record] = run_local_trial(task, dbs, settings)
     tools = [m["content"] for m in record.messages if m["role"] == "tool"]
     assert tools[0].startswith("Error: malformed tool call: tool call arguments are not valid JSON")
     assert (record.termination, record.reward) == ("user_stop", 1.0)
+
+
+# --- the original contract, whole trials: what a real model does wrong is scored as the original scores it ---------
+def test_broken_json_is_asked_again_unseen_thinking_is_cut_and_a_cut_off_reply_goes_on(server, task, dbs):
+    """One conversation through the benchmark's own episode (contract original): the agent's first call has
+    arguments that are not JSON (the model is asked again with the same conversation, and nothing about it enters
+    the record), it thinks aloud before its answer (the user sees only what follows `</think>`), and its first
+    answer is cut off at the token limit (passed to the user as it is; the conversation goes on)."""
+    server.push(Reply(text="how many patients?"), Reply(text="Please finish your sentence."), Reply(text=END_TOKEN),
+                model="user-llm")
+    server.push(Reply(tool="sql_execute", raw_args='{"query": "SELECT'),
+                Reply(tool="sql_execute", args={"query": task.gold_sql}),
+                Reply(text="<think>the user wants a count; maybe 0</think>There are", finish="length"),
+                Reply(text=f"<think>finish it</think>There are {task.gold_answer[0][0]} patients."),
+                model="agent-llm")
+    [record] = run_local_trial(task, dbs, settings_for(server, user_strategy="plain", validator_model=None))
+    assert (record.termination, record.reward) == ("user_stop", 1.0)
+    assert record.tool_calls == 1 and not any("malformed" in (m["content"] or "") for m in record.messages)
+    said = [m for m in record.messages if m["role"] == "assistant" and not m["tool_call"]]
+    assert [(m["content"], m["finish_reason"]) for m in said] == [
+        ("There are", "length"), (f"There are {task.gold_answer[0][0]} patients.", None)]
+    agent_requests = server.requests_for("agent-llm")
+    assert agent_requests[0].body["messages"] == agent_requests[1].body["messages"]     # asked again, unchanged
+    user_prompts = json.dumps([r.body for r in server.requests_for("user-llm")])
+    assert "<think>" not in user_prompts and "maybe 0" not in user_prompts
+
+
+@pytest.mark.parametrize("last_word", ["Anything else?", END_TOKEN])
+def test_an_overflow_ends_the_conversation_after_the_user_s_reply_scored_as_it_leaves_it(server, task, dbs,
+                                                                                         last_word):
+    """The gold query has run when the agent's conversation no longer fits its model (HTTP 400, context length):
+    the agent's reply is empty, the user answers it, and the conversation ends there. A user who ends it scores the
+    trajectory as the original does (the query that ran matches the gold: 1); anything else scores 0. The validator
+    is asked in both cases (an empty string is not the original's `None`)."""
+    server.push(Reply(text="how many patients?"), Reply(text=last_word), model="user-llm")
+    server.push(Reply(tool="sql_execute", args={"query": task.gold_sql}),
+                Reply(status=400, message="This model's maximum context length is 8192 tokens."), model="agent-llm")
+    server.push(Reply(text=json.dumps({"explanation": "fine", "result": "no_error"})), model="validator-llm")
+    [record] = run_local_trial(task, dbs, settings_for(server, user_strategy="plain"))
+    ended = last_word == END_TOKEN
+    assert (record.termination, record.reward) == (("user_stop", 1.0) if ended else ("context_overflow", 0.0))
+    assert record.messages[-2]["content"] == "" and record.messages[-1]["content"] == last_word
+    assert record.validation["result"] == "no_error" and "skipped" not in record.validation
+    assert len(server.requests_for("agent-llm")) == 2                 # an overflow is not retried
 
 
 def test_user_api_down_is_an_infrastructure_error_not_a_graded_end(server, task, dbs):

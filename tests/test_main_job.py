@@ -242,15 +242,18 @@ def test_checkpoint_ignores_a_torn_last_line(tmp_path):
     assert TrialStore.finished(records) == {("db/incre/1", 0)}   # the infra failure runs again
 
 
-def test_a_validator_rejected_attempt_is_not_the_end_of_its_trial_until_the_last_one(tmp_path):
-    """The process may die between a rejected attempt and its re-run: that trial is not finished."""
+def test_a_trial_the_validator_rejected_to_the_end_runs_again_on_resume(tmp_path):
+    """The process may die between a rejected attempt and its re-run: that trial is not finished; and a trial whose
+    every attempt was rejected has no score, so a resume runs it again (EHR-ChatQA's run.py re-runs reward None)."""
     from ehrbench.runtime.checkpoint import TrialStore
     from ehrbench.trial import TrialRecord
 
     store = TrialStore(tmp_path)
     store.append(TrialRecord("db/incre/1", 0, "rejected_by_validator", None, final=False))   # re-run was coming
     store.append(TrialRecord("db/incre/1", 1, "rejected_by_validator", None, final=True))    # out of re-runs
-    assert TrialStore.finished(store.load()) == {("db/incre/1", 1)}
+    store.append(TrialRecord("db/incre/1", 2, "rejected_by_validator", None, final=False))
+    store.append(TrialRecord("db/incre/1", 2, "user_stop", 1.0, rerun=1))                    # accepted at last
+    assert TrialStore.finished(store.load()) == {("db/incre/1", 2)}
 
 
 def test_ray_job_submission_to_a_running_cluster(ray_cluster, tmp_path, shared_world):

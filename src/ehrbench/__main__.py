@@ -289,8 +289,8 @@ def run_metrics(records: list[TrialRecord], stats, embedded: int) -> dict[str, f
 
 
 def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: int, n_tasks: int,
-                headline: dict[str, float]) -> str:
-    scores = ", ".join(f"{name} {value:.1f}" for name, value in headline.items())
+                headline: dict[str, float], withheld: str | None = None) -> str:
+    scores = f"withheld: {withheld}" if withheld else ", ".join(f"{name} {value:.1f}" for name, value in headline.items())
     user = settings.user if settings.user != "llm" else f"LLM user ({cfg.user.name})"
     contract = bench.contract()
     kept = "" if contract is None else f" Contract: {contract[0]}" + (
@@ -368,7 +368,11 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             tracker.log_artifact(f)
         tracker.log_artifact(checkpoint.path)
         tracker.log_text(report.text, "results_table.txt")
-        tracker.set_description(description(bench, settings, cfg, k, len(report_tasks), report.headline))
+        tracker.set_tags({"ehrbench.results": "partial" if report.withheld else "complete"})
+        if report.withheld:
+            log.warning("results withheld: %s", report.withheld)
+        tracker.set_description(description(bench, settings, cfg, k, len(report_tasks), report.headline,
+                                            report.withheld))
         tracker.finish()
     except KeyboardInterrupt:                  # Ctrl-C, or SIGTERM (RunInterrupted)
         tracker.finish(status="KILLED")

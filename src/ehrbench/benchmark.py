@@ -153,6 +153,7 @@ class Report:
     headline: dict[str, float] = field(default_factory=dict)     # a few numbers for the run's description
     curves: dict[str, list[float]] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
+    withheld: str | None = None          # why the headline figures are withheld (the run is not complete yet)
 
 
 @dataclass(frozen=True)

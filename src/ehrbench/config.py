@@ -155,7 +155,7 @@ class TrialLimits:
     """The generic limits every benchmark conf carries."""
     max_steps: int = field(default=30, metadata=rule(int, low=1))
     time_limit_s: float | None = field(default=600.0, metadata=rule(float, above=0, nullable=True))   # null: none
-    max_observation_chars: int = field(default=50_000, metadata=rule(int, low=100))
+    max_observation_chars: int | None = field(default=50_000, metadata=rule(int, low=100, nullable=True))  # null: none
 
     def __post_init__(self):
         _check(self, "benchmark", "conf/benchmark/*.yaml")

@@ -48,6 +48,7 @@ class Termination(str, Enum):
     INFRA_WORKER = "infra_error_worker"  # the process running the trial died (Ray reported it)
     INFRA_HARNESS = "infra_error_harness"  # benchmark or harness code raised: a bug to fix, never the agent's score
     REJECTED = "rejected_by_validator"   # the simulated user broke its rules: kept, never scored, re-run
+    CONTEXT_OVERFLOW = "context_overflow"  # the agent's conversation outgrew its model's context: ended, scored 0
 
     @property
     def is_infrastructure(self) -> bool:
@@ -100,6 +101,11 @@ class Tools(Protocol):
     async def call(self, name: str, arguments: dict) -> str: ...
 
 
+CONTEXT_EXCEEDED = "context_window_exceeded"
+"""`Message.finish_reason` of an agent's empty reply standing for a conversation its model could not take any more
+(EHR-ChatQA's `get_action` on ContextWindowExceededError): the user answers it, then the trial ends, scored as the
+user's reply leaves it (a finished conversation is scored in full, anything else 0)."""
+
 LIMITER_WAIT: ContextVar[list[float] | None] = ContextVar("limiter_wait", default=None)
 """Set by `run_trial` while the agent acts: model clients add the seconds they queued for a rate-limiter slot."""
 
@@ -108,7 +114,7 @@ LIMITER_WAIT: ContextVar[list[float] | None] = ContextVar("limiter_wait", defaul
 class Limits:
     max_steps: int = 30                  # agent actions (tool calls and messages)
     time_limit_s: float = 600.0          # the agent's own model time, as the original counts it (not wall time)
-    max_observation_chars: int = 50_000  # a longer tool observation is cut, saying so
+    max_observation_chars: int | None = 50_000  # a longer tool observation is cut, saying so; None: never cut
 
 
 @dataclass
@@ -221,7 +227,9 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
                 observation = f"Error: {call.error}" if call.error else await tools.call(call.name, call.arguments)
             except InfrastructureError as e:
                 return await finish(Termination.INFRA_TOOL, str(e))
-            observation = cap_observation(str(observation), limits.max_observation_chars)
+            observation = str(observation)
+            if limits.max_observation_chars is not None:
+                observation = cap_observation(observation, limits.max_observation_chars)
             history.append(timed(Message("tool", observation, tool_call_id=action.tool_call.id), asked))
             return None
         if user is None:
@@ -231,7 +239,11 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
         except InfrastructureError as e:
             return await finish(Termination.INFRA_USER, str(e))
         history.append(timed(Message("user", reply.text), asked))
-        return await finish(Termination.USER_STOP) if reply.done else None
+        if reply.done:
+            return await finish(Termination.USER_STOP)
+        if action.finish_reason == CONTEXT_EXCEEDED:     # the model cannot go on: the conversation ends here
+            return await finish(Termination.CONTEXT_OVERFLOW, "the conversation outgrew the agent model's context")
+        return None
 
     queued = [0.0]                       # seconds the agent's calls waited for a rate-limiter slot (not counted)
     token = LIMITER_WAIT.set(queued)

@@ -1,14 +1,25 @@
 """The baseline tool-calling agent of EHR-ChatQA (paper Appendix C): one tool call per step, temperature 0.
 
-The conversation goes to the model as is; the model answers with one tool call or one message. A call the model
-could not form (arguments that are not a JSON object) goes back to the trial as a call with an `error`, which the
-trial answers with an error observation, so the agent can correct itself and go on.
+The conversation goes to the model as is; the model answers with one tool call or one message. What happens when
+the model's turn goes wrong is the `FailurePolicy`:
+- `ORIGINAL`, the authors' `get_action` (glee4810/EHR-ChatQA `src/utils.py`): arguments that are not a JSON object
+  are not shown to the model; it is asked again with the same conversation after a 3 s wait (the waits count
+  toward the agent's time, so a model that never forms the call runs out of time: reward 0); a conversation over
+  the model's context window becomes an empty reply, which the user answers and which then ends the conversation
+  (`trial.CONTEXT_EXCEEDED`); a turn cut off before saying anything or blocked by a filter becomes an empty reply
+  and the conversation goes on (a blocked one as no text at all, which the validator reads as "empty response").
+- `EHRBENCH`: a malformed call is answered with an error observation (the agent gets a turn to correct it); an
+  overflow, a cut-off or a blocked turn ends the trial as the agent's error, scored 0.
 """
 from __future__ import annotations
 
-from ..llm.base import ChatRequest
+import asyncio
+import time
+from dataclasses import dataclass
+
+from ..llm.base import ChatRequest, ModelTurnError
 from ..llm.usage import MeteredModel
-from ..trial import Message, ToolCall
+from ..trial import CONTEXT_EXCEEDED, InfrastructureError, Message, ToolCall
 
 
 def tool_call_message(response, fallback_id: str) -> Message:
@@ -20,17 +31,48 @@ def tool_call_message(response, fallback_id: str) -> Message:
         finish_reason=response.finish_reason, provider_parts=response.provider_parts)
 
 
+@dataclass(frozen=True)
+class FailurePolicy:
+    reask_malformed: bool = False     # ask again (same conversation) instead of showing the agent the error
+    reask_wait_s: float = 3.0         # between re-asks (the original's time.sleep(3))
+    reask_budget_s: float = 600.0     # stop re-asking once this act has taken this long (the trial's time limit)
+    max_reasks: int = 1000            # the original's max_retries
+    pass_failed_turns: bool = False   # overflow / cut-off / blocked turns become empty replies instead of errors
+
+
+ORIGINAL = FailurePolicy(reask_malformed=True, pass_failed_turns=True)
+EHRBENCH = FailurePolicy()
+
+
 class ToolCallingAgent:
     def __init__(self, model: MeteredModel, system_prompt: str, tools: list[dict], temperature: float = 0.0,
-                 seed: int | None = None, max_tokens: int | None = None):
+                 seed: int | None = None, max_tokens: int | None = None, policy: FailurePolicy = EHRBENCH):
         self.model, self.system, self.tools = model, system_prompt, tools
         self.temperature, self.seed, self.max_tokens = temperature, seed, max_tokens
+        self.policy = policy
         self._calls = 0
 
     async def act(self, history: list[Message]) -> Message:
-        response = await self.model.complete(ChatRequest(history, system=self.system, tools=self.tools,
-                                                   temperature=self.temperature, seed=self.seed,
-                                                   max_tokens=self.max_tokens))
+        request = ChatRequest(history, system=self.system, tools=self.tools, temperature=self.temperature,
+                              seed=self.seed, max_tokens=self.max_tokens)
+        started = time.monotonic()
+        try:
+            response = await self.model.complete(request)
+            reasks = 0
+            while response.malformed and self.policy.reask_malformed and reasks < self.policy.max_reasks and \
+                    time.monotonic() - started < self.policy.reask_budget_s:
+                await asyncio.sleep(self.policy.reask_wait_s)
+                reasks += 1
+                response = await self.model.complete(request)
+        except InfrastructureError as e:
+            if not (e.agent_caused and self.policy.pass_failed_turns):
+                raise
+            return Message("assistant", "", finish_reason=CONTEXT_EXCEEDED)
+        except ModelTurnError as e:
+            if not self.policy.pass_failed_turns:
+                raise
+            blocked = "blocked" in str(e) or "filter" in str(e)
+            return Message("assistant", None if blocked else "", finish_reason="blocked" if blocked else "length")
         if response.tool_calls:
             self._calls += 1
             return tool_call_message(response, f"call_{self._calls}")

@@ -3,7 +3,8 @@
 A model-backed judge of the *simulation*, not of the agent: it reads the finished conversation (with whatever the
 benchmark's prompt adds, such as the gold SQL) and answers in JSON {explanation, evidence, broken_rule, result}.
 With n samples any `user_error` wins. It is skipped (counts as no_error) when the agent used all its steps, ran out
-of time or sent an empty message, as the original does. A verdict that is not JSON with result `user_error` or
+of time or sent a message with no text at all (a blocked turn: the original's `content is None`; an empty string,
+as an overflow leaves, is validated), as the original does. A verdict that is not JSON with result `user_error` or
 `no_error` is an infrastructure error: the trial is run again, never scored on it. The benchmark supplies the prompts; the verdict becomes an MLflow
 assessment (`simulation_validity`) and a rejected attempt is re-run (`episode.run_task_trial`).
 """
@@ -31,7 +32,8 @@ class SimulationValidator:
             return {"result": NO_ERROR, "skipped": "agent reached the step limit"}
         if record.termination == Termination.TIME_LIMIT.value:       # the original scores a timeout unvalidated
             return {"result": NO_ERROR, "skipped": "agent reached the time limit"}
-        if any(m["role"] == "assistant" and not m.get("tool_call") and not m.get("content") for m in record.messages):
+        if any(m["role"] == "assistant" and not m.get("tool_call") and m.get("content") is None for m in record.messages):
+            # the original's shortcut reads `content is None` (a blocked turn); an empty string is validated
             return {"result": NO_ERROR, "skipped": "agent sent an empty message"}
         verdicts = []
         for _ in range(self.samples):

@@ -126,6 +126,18 @@ class ChatResponse:
     malformed: str | None = None          # why a tool call could not be parsed (the agent gets it as an error)
     finish_reason: str | None = None      # the provider's, when the turn did not end normally ("length", "MAX_TOKENS")
     provider_parts: list | None = None    # the provider's own parts to send back as they came (thought signatures)
+    reasoning: str | None = None          # thinking the model wrote into its text (`<think>...</think>`), taken out
+
+
+def split_reasoning(text: str | None) -> tuple[str | None, str | None]:
+    """(what the model said, what it thought aloud): a Qwen-style model served without a reasoning parser writes its
+    thinking into the reply; EHR-ChatQA's code keeps only what follows the last `</think>` (`utils.py`,
+    `content.split('</think>')[-1].strip()`), so neither the user, the scorer nor a judge reads the thinking. A reply
+    without `</think>` (an unclosed `<think>` too) is kept whole, as there."""
+    if not text or "</think>" not in text:
+        return text, None
+    cut = text.rfind("</think>")
+    return text[cut + len("</think>"):].strip(), text[:cut].replace("<think>", "").strip()
 
 
 @dataclass(frozen=True)
@@ -210,6 +222,7 @@ class ChatModel:
                     self.attempts += 1
                     response = await self._send(request)
                 self.calls += 1
+                response.text, response.reasoning = split_reasoning(response.text)
                 if spent.input_tokens or spent.output_tokens:
                     response.usage = response.usage + spent
                 return response

@@ -19,11 +19,18 @@ from .base import (ChatModel, ChatRequest, ChatResponse, ConfigurationError, Mod
 
 
 def to_openai_messages(system: str | None, messages: list[Message]) -> list[dict]:
+    """The conversation in OpenAI's chat format; a tool result carries its tool's `name` beside `tool_call_id`, as
+    EHR-ChatQA's harness sends it (`tool_calling_agent.py`)."""
     out: list[dict] = [{"role": "system", "content": system}] if system else []
+    names: dict[str, str] = {}
     for m in messages:
         if m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or ""})
+            result = {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or ""}
+            if (m.tool_call_id or "") in names:
+                result["name"] = names[m.tool_call_id or ""]
+            out.append(result)
         elif m.tool_call is not None:
+            names[m.tool_call.id or ""] = m.tool_call.name
             call = m.tool_call
             out.append({"role": "assistant", "content": m.content, "tool_calls": [{
                 "id": call.id, "type": "function",

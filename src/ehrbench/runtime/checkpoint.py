@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from ..trial import Termination, TrialRecord
+from ..trial import TrialRecord
 
 NOT_IDENTITY = ("tracking", "runtime", "trials", "limit_tasks", "run_name", "resume", "hydra")
 _RECORD_FIELDS = {f.name for f in fields(TrialRecord)}
@@ -66,10 +66,13 @@ class TrialStore:
 
     @staticmethod
     def finished(records: list[TrialRecord]) -> set[tuple[str, int]]:
+        """Trials a resume skips: those whose last record is scored. A trial every attempt of which the validator
+        rejected has no score, so a resume runs it again from the start (as EHR-ChatQA's `run.py` re-runs a
+        trial whose reward is None), as it does a trial that failed on infrastructure."""
         last: dict[tuple[str, int], TrialRecord] = {}
         for r in records:
             last[(r.task_key, r.trial)] = r
-        return {k for k, r in last.items() if r.final and (r.valid or r.termination == Termination.REJECTED.value)}
+        return {k for k, r in last.items() if r.final and r.valid}
 
     def widen_scope(self, task_keys: list[str], trials: int) -> tuple[int, list[str]]:
         """Add this invocation's tasks and trial count to what the run has covered; returns the widened scope."""

@@ -5,7 +5,7 @@ import csv
 from collections import defaultdict
 from pathlib import Path
 
-from ...agents.tool_calling import ToolCallingAgent
+from ...agents.tool_calling import EHRBENCH, ORIGINAL, ToolCallingAgent
 from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TrialSettings
 from ...judges.validator import VALIDATION_OUTPUT, SimulationValidator
 from ...llm.base import ConfigurationError
@@ -49,6 +49,25 @@ async def score(task: Task, record: TrialRecord, db: DatabaseLike, sql_timeout_s
     return adapt_reward(record.agent_texts(), task.gold_answer)
 
 
+CONTRACTS = ("original", "ehrbench")
+
+
+def withhold(text: str, metrics: dict[str, float], curves: dict, files: list, incomplete: int, tasks: int,
+             k: int) -> Report:
+    """The original computes no metric while a task has fewer than k scored trials (metric.py raises "Not all
+    tasks have k successful trials for evaluation"): the figures over the complete tasks alone would drop the
+    hardest tasks (those whose simulations the validator kept rejecting). They are kept, loudly, under `partial/`
+    and never as the headline; running the same command again re-runs the missing trials."""
+    reason = (f"{incomplete} of {tasks} tasks have fewer than {k} scored trials (the validator rejected every "
+              "attempt, or the infrastructure failed); run the same command again to fill them")
+    counts = ("tasks", "incomplete")
+    kept = {(name if name.rsplit("/", 1)[-1] in counts else f"partial/{name}"): v for name, v in metrics.items()}
+    banner = f"PARTIAL RESULTS, NOT THE BENCHMARK'S METRICS: {reason}.\n"
+    return Report(banner + text.replace("EHR-ChatQA results", "EHR-ChatQA partial results (complete tasks only)"),
+                  kept, headline={}, files=files, curves={f"partial/{n}": v for n, v in curves.items()},
+                  withheld=reason)
+
+
 class EhrChatQA(Benchmark):
     name = "ehrchatqa"
     agents = ("reference", "tool_calling")
@@ -64,12 +83,34 @@ class EhrChatQA(Benchmark):
                                          "(conf/benchmark/ehrchatqa.yaml or the override)")
         if o.get("web_search") not in BACKENDS:
             raise ConfigurationError(f"benchmark.web_search={o.get('web_search')!r}: choose one of {sorted(BACKENDS)}")
+        if o.get("contract", "original") not in CONTRACTS:
+            raise ConfigurationError(f"benchmark.contract={o.get('contract')!r}: choose one of {list(CONTRACTS)} "
+                                     "(original: the authors' code; ehrbench: errors shown to the agent)")
+        wait = o.get("reask_wait_s", 3)
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
+            raise ConfigurationError(f"benchmark.reask_wait_s={wait!r}: must be a number of seconds, 0 or more")
         timeout = o.get("sql_timeout_s")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ConfigurationError(f"benchmark.sql_timeout_s={timeout!r}: must be a number of seconds above 0")
         if not Path(o.get("task_dir") or "").is_dir():
             raise ConfigurationError(f"benchmark.task_dir={o.get('task_dir')!r}: no such folder; it must hold "
                                      "<db_id>/eval_<flow>.jsonl (the project's are in data/tasks/ehrchatqa)")
+
+    @property
+    def original(self) -> bool:
+        return self.options.get("contract", "original") == "original"
+
+    def contract(self) -> tuple[str, list[str]]:
+        """The contract and what departs from the authors' code in this run."""
+        departures = []
+        if not self.original:
+            departures.append("contract=ehrbench (a malformed tool call is answered with an error, an overflow or a "
+                              "cut-off turn ends the trial as the agent's error, a `:name` in SQL is a literal, "
+                              "partial results are reported)")
+        if self.options.get("max_observation_chars") is not None:
+            departures.append(f"max_observation_chars={self.options['max_observation_chars']} (the original cuts "
+                              "no observation)")
+        return self.options.get("contract", "original"), departures
 
     def tasks(self) -> list[Task]:
         return load_task_dir(self.options["task_dir"], list(self.options["databases"]), list(self.options["flows"]))
@@ -84,13 +125,21 @@ class EhrChatQA(Benchmark):
         db = hosts.databases[task.db_id]
         timeout = float(self.options["sql_timeout_s"])
         tools = ToolSuite(task.db_id, db, hosts.index, web_search_backend(self.options["web_search"]),
-                          INDEXED_COLUMNS[task.db_id], sql_timeout_s=timeout)
+                          INDEXED_COLUMNS[task.db_id], sql_timeout_s=timeout, bind_parameters=self.original)
         if settings.agent == "reference":
             agent = ReferenceAgent(task, INDEXED_COLUMNS[task.db_id],
                                    ScriptedCall("agent", meter, settings.agent_latency_s))
         else:
+            policy = EHRBENCH
+            if self.original:
+                from dataclasses import replace
+
+                budget = settings.limits.time_limit_s
+                policy = replace(ORIGINAL, reask_budget_s=budget, reask_wait_s=float(self.options.get(
+                    "reask_wait_s", ORIGINAL.reask_wait_s)))
             agent = ToolCallingAgent(settings.model_for("agent", meter), agent_system_prompt(task.db_id, task.task_type),
-                                     tool_schemas(INDEXED_COLUMNS[task.db_id]), temperature=0.0, seed=seed)
+                                     tool_schemas(INDEXED_COLUMNS[task.db_id]), temperature=0.0, seed=seed,
+                                     policy=policy)
         validate = None
         if settings.validator_model:
             validator = SimulationValidator(settings.model_for("validator", meter), prompts()["validator_system"],
@@ -148,9 +197,11 @@ class EhrChatQA(Benchmark):
         headline = {f"SR-{k}": metrics[f"SR-{k}"], f"Pass^{k}": metrics[f"Pass_hat_{k}"]}
         headline.update({f"{flow} SR-{k}": metrics[f"{flow}/SR-{k}"] for flow in TASK_TYPES
                          if f"{flow}/SR-{k}" in metrics})
-        return Report(text, metrics, headline=headline, files=files,
-                      curves={f"{g}/curve/{name}": values for g, series in curves.items()
-                              for name, values in series.items()})
+        curve_metrics = {f"{g}/curve/{name}": values for g, series in curves.items() for name, values in series.items()}
+        incomplete = int(metrics.get("incomplete", 0))
+        if incomplete and self.original:
+            return withhold(text, metrics, curve_metrics, files, incomplete, len(tasks), k)
+        return Report(text, metrics, headline=headline, files=files, curves=curve_metrics)
 
     def prompts(self) -> dict[str, str]:
         """The paper's prompts as this run uses them: agent system prompt per database and flow, user, validator."""

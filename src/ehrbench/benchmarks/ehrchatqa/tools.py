@@ -10,6 +10,7 @@ original's SQL error would word it. It also bounds what the original leaves open
 """
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from dataclasses import dataclass
@@ -139,6 +140,35 @@ def rows_text(rows: list[tuple]) -> str:
                            for row in rows) + "]"
 
 
+@functools.lru_cache(maxsize=1)
+def _bind_engine():
+    import sqlalchemy as sa
+
+    return sa.create_engine("sqlite://")
+
+
+def through_text(query: str) -> tuple[str, str | None]:
+    """The query as the original's sql_execute sends it, through SQLAlchemy's `text()`: (the SQL that reaches the
+    database, None), or (query, SQLAlchemy's error) when it cannot run. `text()` reads `:name` after a non-word
+    character as a bind parameter, inside a string literal too (`WHERE note = 'see :abc'`), and no values are sent:
+    "(sqlalchemy.exc.InvalidRequestError) A value is required for bind parameter 'abc'"; and it unescapes `\\:`
+    to `:`. SQLAlchemy raises before anything reaches a database (here an empty in-memory one)."""
+    import sqlalchemy as sa
+
+    clause = sa.text(query)
+    try:
+        compiled = clause.compile(dialect=_bind_engine().dialect)
+        if not compiled.params:
+            return str(compiled), None
+        with _bind_engine().connect() as conn:
+            conn.execute(clause)
+    except sa.exc.StatementError as e:
+        return query, str(e)
+    except sa.exc.SQLAlchemyError:
+        return query, None
+    return query, None
+
+
 @dataclass
 class ToolSuite:
     db_id: str
@@ -148,6 +178,7 @@ class ToolSuite:
     indexed_columns: dict[str, list[str]]
     sql_timeout_s: float = 60.0         # sql_execute's default `timeout`
     max_sql_timeout_s: float = 600.0    # the most an agent's `timeout` may ask for (the original has no cap)
+    bind_parameters: bool = False       # read `:name` as SQLAlchemy's text() does (the original's sql_execute)
 
     async def call(self, name: str, arguments: dict[str, Any] | None) -> str:
         """Run one tool call; every failure comes back as an observation, never as an exception."""
@@ -222,6 +253,10 @@ class ToolSuite:
         limit_s = min(timeout, self.max_sql_timeout_s) if timeout > 0 else self.max_sql_timeout_s
         if k < 0:
             raise ToolArgumentError("k must be 0 or more")
+        if self.bind_parameters:
+            query, unbound = through_text(query)
+            if unbound:
+                return f"Error: {unbound}"
         try:
             result = await self.db.execute(query, timeout_s=limit_s, keep=k)
         except QueryTimeout:
