@@ -206,16 +206,8 @@ def test_sql_execute_answers_as_the_original_s_text_based_sql_execute(tmp_path):
                        for i in range(1, 106)])
         c.execute("INSERT INTO patients VALUES (999, 'note :abc here', '2100-12-31 23:59:00', 1.5)")
 
-    class Host:
-        def __init__(self, db):
-            self.db = db
+    from ehrbench.runtime.hosts import LocalHost as Host
 
-        def __getattr__(self, name):
-            method = getattr(self.db, name)
-
-            async def call(*args, **kwargs):
-                return method(*args, **kwargs)
-            return call
     suite = ToolSuite("mimic_iv_star", Host(Database(path, "mimic_iv_star")), None, None, {}, bind_parameters=True)
     link = re.compile(r"sqlalche\.me/e/\d+/")       # SQLAlchemy's major version in its error links
     differ = []
