@@ -46,7 +46,10 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path, shared_
         assert all(s.parent_id in steps for s in spans if s.span_type == "CHAT_MODEL")   # calls inside their turn
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"results_table.txt", "records.jsonl", "per_task.csv", "pass_k_curve.png", "categories.png",
-            "tasks.jsonl"} <= artifacts
+            "tasks.jsonl", "task_scores.json"} <= artifacts
+    scores = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/task_scores.json"))
+    assert scores["metric"] == "SR-3" and len(scores["scores"]) == 8      # what the leaderboard's interval resamples
+    assert sum(scores["scores"].values()) / 8 == m["SR-3"]
     # the run's inputs: the task set as a dataset, the prompts in the registry, a description with the scores
     from ehrbench.benchmarks.ehrchatqa.tasks import load_task_dir
     from ehrbench.runtime.checkpoint import task_digest

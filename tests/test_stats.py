@@ -51,3 +51,15 @@ def test_no_difference_is_p_1_and_runs_without_shared_tasks_are_refused():
         paired_comparison({"a": 1.0}, {"b": 1.0})
     with pytest.raises(ValueError, match="no task scores"):
         bootstrap_interval([])
+
+
+def test_a_metric_over_groups_resamples_within_each_group():
+    """AgentEHR's F1 is the mean of its categories' means: a category of one task keeps that task in every
+    resample, so with groups {a: [100], b: [0, 100]} the statistic is 50 + (a resample of b) / 2: exactly 50, 75
+    or 100 with chances 1/4, 1/2, 1/4."""
+    got = bootstrap_interval([100.0, 0.0, 100.0], groups=["a", "b", "b"], resamples=100_000, seed=3)
+    assert got.estimate == pytest.approx(75.0)            # (100 + 50) / 2, not the plain mean 66.7
+    assert (got.low, got.high) == (50.0, 100.0)
+    paired = paired_comparison({"x": 100.0, "y": 0.0, "z": 100.0}, {"x": 0.0, "y": 0.0, "z": 0.0},
+                               groups={"x": "a", "y": "b", "z": "b"}, resamples=100_000, seed=3)
+    assert paired.difference == pytest.approx(75.0) and paired.p_value == 0.0

@@ -300,6 +300,7 @@ def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: i
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
+    from .leaderboard import SCORES_ARTIFACT
     from .runtime.checkpoint import run_identity, task_digest
     from .runtime.rate_limits import limiter_metrics
     from .runtime.runner import node_count, placement, release, run_trials
@@ -368,6 +369,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             tracker.log_artifact(f)
         tracker.log_artifact(checkpoint.path)
         tracker.log_text(report.text, "results_table.txt")
+        scores = bench.task_scores(reported, report_tasks, k)      # what a leaderboard's interval resamples
+        tracker.log_text(json.dumps(scores.to_json(), indent=1), SCORES_ARTIFACT)
         tracker.set_tags({"ehrbench.results": "partial" if report.withheld else "complete"})
         if report.withheld:
             log.warning("results withheld: %s", report.withheld)

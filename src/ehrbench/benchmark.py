@@ -157,6 +157,22 @@ class Report:
 
 
 @dataclass(frozen=True)
+class TaskScores:
+    """Each task's score (x100) on the run's headline metric, the mean of which over tasks (over groups of tasks,
+    where `groups` names them) is that metric: what a leaderboard's interval and a paired comparison resample."""
+    metric: str                                # the paper's name (`SR-5`, `mRS`, `F1`, ...)
+    scores: dict[str, float]                   # task key -> score
+    groups: dict[str, str] | None = None       # task key -> group, where the metric is a mean of group means
+
+    def to_json(self) -> dict:
+        return {"metric": self.metric, "scores": self.scores, "groups": self.groups}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TaskScores":
+        return cls(data["metric"], {k: float(v) for k, v in data["scores"].items()}, data.get("groups"))
+
+
+@dataclass(frozen=True)
 class TrialSettings:
     """Everything a trial needs besides the task, as plain data so it travels to Ray workers."""
     benchmark: str = "ehrchatqa"              # registry name
@@ -261,6 +277,20 @@ class Benchmark:
 
     def prompts(self) -> dict[str, str]:
         return {}
+
+    def trial_score(self, record: TrialRecord) -> float:
+        """One scored trial's value on the headline metric (0-1); by default its reward."""
+        return float(record.reward or 0.0)
+
+    def task_scores(self, records: list[TrialRecord], tasks: list, k: int) -> TaskScores:
+        """Each task's mean `trial_score` over its scored trials, x100: by default the headline metric is their
+        mean (a success rate)."""
+        keys = {t.key for t in tasks}
+        per: dict[str, list[float]] = {}
+        for r in records:
+            if r.valid and r.task_key in keys:
+                per.setdefault(r.task_key, []).append(self.trial_score(r))
+        return TaskScores(self.headline_metric or "SR", {key: 100 * sum(v) / len(v) for key, v in per.items()})
 
     def contract(self) -> tuple[str, list[str]] | None:
         """The fidelity contract the run keeps (`benchmark.contract`, recorded as the tag `ehrbench.contract` and in

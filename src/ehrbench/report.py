@@ -1,7 +1,15 @@
-"""Compare MLflow runs side by side: `ehrbench-report [--experiment ehrchatqa] [--sweep DIR] [--runs ID ...]`.
+"""Compare MLflow runs.
 
-Prints a table (model, user, trials; SR-k, Pass@k, Pass^k, Gap-k per flow; cost; valid, rejected and broken trials)
-and writes `comparison.csv` and `pass_hat_k.png` (Pass^k against k, one line per run) to `--out`.
+    ehrbench-report [--experiment ehrchatqa] [--sweep DIR] [--runs ID ...]    # EHR-ChatQA runs by flow
+    ehrbench-report leaderboard [--experiments ...] [--runs ID ...] [--parent RUN]
+    ehrbench-report compare RUN_A RUN_B
+
+The first prints a table (model, user, trials; SR-k, Pass@k, Pass^k, Gap-k per flow; cost; valid, rejected and
+broken trials) and writes `comparison.csv` and `pass_hat_k.png` (Pass^k against k, one line per run) to `--out`.
+`leaderboard` prints one row per model and one column per benchmark (the headline metric with its 95% bootstrap
+interval over tasks; cost, tokens, wall time) from the latest finished run of each (benchmark, model), and writes
+`leaderboard.csv`, `leaderboard.md` and `leaderboard.png`. `compare` gives the difference of two runs of one
+benchmark on its headline metric, with a paired bootstrap interval and p-value over the tasks both scored.
 """
 from __future__ import annotations
 
@@ -33,9 +41,84 @@ def _row(run, flows: list[str]) -> dict:
     return row
 
 
+BENCHMARKS = ("ehrchatqa", "ehragent", "agentehr", "clinsql", "physassist")
+DEFAULT_URI = f"sqlite:///{Path('mlruns').resolve() / 'mlflow.db'}"
+
+
+def leaderboard_main(argv: list[str]) -> int:
+    from . import leaderboard
+
+    ap = argparse.ArgumentParser(prog="ehrbench-report leaderboard", description=leaderboard.__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tracking-uri", default=DEFAULT_URI)
+    ap.add_argument("--experiments", nargs="*", default=list(BENCHMARKS), help="benchmark experiments to read")
+    ap.add_argument("--runs", nargs="*", help="only these run ids (or their first 8 characters)")
+    ap.add_argument("--parent", help="only the child runs of this (suite) run")
+    ap.add_argument("--resamples", type=int, default=10_000)
+    ap.add_argument("--out", default=None, help="folder for leaderboard.csv, .md and .png")
+    args = ap.parse_args(argv)
+    mlflow.set_tracking_uri(args.tracking_uri)
+    names = [e for e in args.experiments if mlflow.get_experiment_by_name(e) is not None]
+    runs = mlflow.search_runs(experiment_names=names, output_format="list") if names else []
+    if args.parent:
+        runs = [r for r in runs if r.data.tags.get("mlflow.parentRunId", "").startswith(args.parent)]
+    if args.runs:
+        runs = [r for r in runs if r.info.run_id in args.runs or r.info.run_id[:8] in args.runs]
+    cells = leaderboard.collect(mlflow.MlflowClient(), runs, resamples=args.resamples)
+    if not cells:
+        print(f"ehrbench-report: no finished run with task scores in {names or args.experiments} at "
+              f"{args.tracking_uri}", file=sys.stderr)
+        return 2
+    out = Path(args.out or f"reports/leaderboard-{time.strftime('%Y%m%d-%H%M%S')}")
+    leaderboard.print_table(cells, f"ehrbench leaderboard: {len({c.model for c in cells})} models x "
+                                   f"{len({c.benchmark for c in cells})} benchmarks (95% bootstrap intervals)")
+    written = leaderboard.write(cells, out)
+    print("written: " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def compare_main(argv: list[str]) -> int:
+    from . import leaderboard
+
+    ap = argparse.ArgumentParser(prog="ehrbench-report compare", description="The paired comparison of two runs "
+                                 "of one benchmark on its headline metric.")
+    ap.add_argument("run_a")
+    ap.add_argument("run_b")
+    ap.add_argument("--tracking-uri", default=DEFAULT_URI)
+    ap.add_argument("--resamples", type=int, default=10_000)
+    args = ap.parse_args(argv)
+    mlflow.set_tracking_uri(args.tracking_uri)
+    client = mlflow.MlflowClient()
+    cells = []
+    for wanted in (args.run_a, args.run_b):
+        found = [r for r in mlflow.search_runs(search_all_experiments=True, output_format="list")
+                 if r.info.run_id.startswith(wanted)]
+        cell = leaderboard.cell_of(client, found[0], args.resamples) if len(found) == 1 else None
+        if cell is None:
+            print(f"ehrbench-report: run {wanted!r}: " + ("not found" if not found else "ambiguous" if len(found) > 1
+                                                         else "logged no task scores"), file=sys.stderr)
+            return 2
+        cells.append(cell)
+    a, b = cells
+    try:
+        result = leaderboard.compare(a, b, resamples=args.resamples)
+    except ValueError as e:
+        print(f"ehrbench-report: {e}", file=sys.stderr)
+        return 2
+    print(f"{a.benchmark} {a.scores.metric}: {a.model} ({a.run_id[:8]}) {a.interval} vs {b.model} "
+          f"({b.run_id[:8]}) {b.interval}")
+    print(f"difference {result} over {result.tasks} shared tasks (paired bootstrap, 95%)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["leaderboard"]:
+        return leaderboard_main(argv[1:])
+    if argv[:1] == ["compare"]:
+        return compare_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tracking-uri", default=f"sqlite:///{Path('mlruns').resolve() / 'mlflow.db'}")
+    ap.add_argument("--tracking-uri", default=DEFAULT_URI)
     ap.add_argument("--experiment", default="ehrchatqa")
     ap.add_argument("--runs", nargs="*", help="run ids (default: every run of the experiment)")
     ap.add_argument("--sweep", help="only the runs of this Hydra sweep (its folder, as tagged)")

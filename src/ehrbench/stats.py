@@ -7,6 +7,10 @@ replacement, each keeping its score (all its trials together), `resamples` times
 (2.5th and 97.5th percentiles for 95%). Two models on the same tasks are compared by resampling the same task
 indices for both (paired): the interval of the difference of means, and a two-sided p-value, twice the share of
 resampled differences on the far side of zero (at most 1), the usual bootstrap test of "no difference".
+
+Where the metric averages groups of tasks rather than tasks (AgentEHR's F1: the mean over its task categories of the
+mean over each category's samples), tasks are resampled within their group and the statistic is that mean of group
+means (a stratified bootstrap); a paired difference of such means is the same mean of the per-task differences.
 """
 from __future__ import annotations
 
@@ -39,37 +43,52 @@ class Comparison:
         return f"{self.difference:+.1f} [{self.low:+.1f}, {self.high:+.1f}], p={self.p_value:.3f}"
 
 
-def _resampled_means(values: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """Means of `resamples` resamples of the rows of `values` (tasks x series), the same task draws for every
-    series: shape (resamples, series)."""
+def _resampled_means(values: np.ndarray, groups: Sequence[str] | None, resamples: int, seed: int) -> np.ndarray:
+    """The statistic (mean over tasks, or mean over groups of the group's mean) on `resamples` resamples of the
+    tasks, each group's tasks drawn with replacement from that group."""
     rng = np.random.default_rng(seed)
-    n = values.shape[0]
-    picks = rng.integers(0, n, size=(resamples, n))
-    return values[picks].mean(axis=1)
+    labels = np.asarray(groups if groups is not None else ["all"] * len(values))
+    per_group = []
+    for g in sorted(set(labels.tolist())):
+        members = values[labels == g]
+        picks = rng.integers(0, members.size, size=(resamples, members.size))
+        per_group.append(members[picks].mean(axis=1))
+    return np.mean(per_group, axis=0)
 
 
-def bootstrap_interval(scores: Sequence[float], resamples: int = 10_000, level: float = 0.95,
-                       seed: int = 0) -> Interval:
-    """The mean of per-task `scores` and its percentile bootstrap interval (tasks resampled)."""
+def point_estimate(values: np.ndarray, groups: Sequence[str] | None) -> float:
+    """The metric itself: the mean over tasks, or by `groups` the mean of group means."""
+    if groups is None:
+        return float(values.mean())
+    labels = np.asarray(groups)
+    return float(np.mean([values[labels == g].mean() for g in sorted(set(labels.tolist()))]))
+
+
+def bootstrap_interval(scores: Sequence[float], resamples: int = 10_000, level: float = 0.95, seed: int = 0,
+                       groups: Sequence[str] | None = None) -> Interval:
+    """The mean of per-task `scores` (by `groups`: the mean of group means) and its percentile bootstrap interval."""
     values = np.asarray(scores, dtype=float)
     if values.size == 0:
         raise ValueError("no task scores: nothing to estimate")
-    means = _resampled_means(values[:, None], resamples, seed)[:, 0]
+    means = _resampled_means(values, groups, resamples, seed)
     tail = 100 * (1 - level) / 2
     low, high = np.percentile(means, [tail, 100 - tail])
-    return Interval(float(values.mean()), float(low), float(high), int(values.size))
+    return Interval(point_estimate(values, groups), float(low), float(high), int(values.size))
 
 
 def paired_comparison(a: Mapping[str, float], b: Mapping[str, float], resamples: int = 10_000,
-                      level: float = 0.95, seed: int = 0) -> Comparison:
-    """`a` minus `b` over the tasks both scored (task key -> score), with its paired bootstrap interval and p-value."""
+                      level: float = 0.95, seed: int = 0, groups: Mapping[str, str] | None = None) -> Comparison:
+    """`a` minus `b` over the tasks both scored (task key -> score), with its paired bootstrap interval and p-value;
+    `groups` (task key -> group) for a metric that averages groups."""
     common = sorted(set(a) & set(b))
     if not common:
         raise ValueError("the two runs share no task: nothing to compare")
     diffs = np.asarray([a[t] - b[t] for t in common], dtype=float)
-    means = _resampled_means(diffs[:, None], resamples, seed)[:, 0]
+    labels = [groups[t] for t in common] if groups else None
+    means = _resampled_means(diffs, labels, resamples, seed)
     tail = 100 * (1 - level) / 2
     low, high = np.percentile(means, [tail, 100 - tail])
+    observed = point_estimate(diffs, labels)
     below, above = float(np.mean(means <= 0)), float(np.mean(means >= 0))
-    p = 1.0 if diffs.mean() == 0 else min(1.0, 2 * (below if diffs.mean() > 0 else above))
-    return Comparison(float(diffs.mean()), float(low), float(high), p, len(common))
+    p = 1.0 if observed == 0 else min(1.0, 2 * (below if observed > 0 else above))
+    return Comparison(observed, float(low), float(high), p, len(common))

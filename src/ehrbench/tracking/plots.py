@@ -80,3 +80,33 @@ def threshold_curve(xs: list[float], ys: list[float], path: Path, title: str, xl
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def interval_points(values: dict[str, dict[str, tuple[float, float, float]]], path: Path, title: str,
+                    ylabel: str = "headline metric (x100)") -> Path:
+    """values: group (x axis, in order) -> series -> (estimate, low, high); a point with its interval per series in
+    each group (a leaderboard: benchmarks on the axis, one colour per model)."""
+    groups = list(values)
+    series = list(dict.fromkeys(s for g in groups for s in values[g]))
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(groups)), 4))
+    for i, name in enumerate(series):
+        xs, ys, err = [], [], [[], []]
+        for j, g in enumerate(groups):
+            if name in values[g]:
+                est, low, high = values[g][name]
+                xs.append(j + (i - (len(series) - 1) / 2) * width)
+                ys.append(est)
+                err[0].append(est - low)
+                err[1].append(high - est)
+        ax.errorbar(xs, ys, yerr=err, fmt="o", capsize=4, color=f"C{i % 10}", label=name)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -17,7 +17,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TrialSettings, check_world
+from ...benchmark import (Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TaskScores, TrialSettings,
+                         check_world)
 from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
@@ -232,6 +233,16 @@ class ClinSqlBenchmark(Benchmark):
             score.parts["dialect_path"] = " | ".join(" ; ".join(p) for p in tools.dialect_paths)[:2000]
             return score
         return Episode(tools, agent, scored, opening=task.question)
+
+    def trial_score(self, record: TrialRecord) -> float:
+        """The Exec score of a trial, as the report counts it (the offline one where no judge decided)."""
+        parts = record.score_parts
+        return float(parts.get("exec_score", parts.get("offline_exec_score", record.reward or 0.0)))
+
+    def task_scores(self, records: list[TrialRecord], tasks: list, k: int) -> TaskScores:
+        scores = super().task_scores(records, tasks, k)
+        offline = any(r.valid and "sql_score" not in r.score_parts for r in records)
+        return TaskScores("offline_exec_score" if offline else "exec_score", scores.scores)
 
     def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:
         """SQL and Execution scores (x100) overall, by difficulty and by scenario; leaf pass rates by rubric

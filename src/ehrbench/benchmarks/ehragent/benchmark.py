@@ -280,6 +280,10 @@ class EhrAgentBenchmark(Benchmark):
                          agent.knowledge if sequential and ehragent else None, self.memory_from())
         return Episode(tools, agent, scored, opening=task.question)
 
+    def trial_score(self, record: TrialRecord) -> float:
+        """SR's value of a trial: the original's judge ("compatible"), as the report counts it."""
+        return float(record.score_parts.get("compatible", record.reward or 0.0))
+
     def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:
         """SR (the original's judge), strict SR and CR, overall and by database and complexity level; SR by level."""
         import sys

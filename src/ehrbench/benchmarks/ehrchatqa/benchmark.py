@@ -6,7 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ...agents.tool_calling import EHRBENCH, ORIGINAL, ToolCallingAgent
-from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TrialSettings
+from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TaskScores, TrialSettings
 from ...judges.validator import VALIDATION_OUTPUT, SimulationValidator
 from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
@@ -202,6 +202,16 @@ class EhrChatQA(Benchmark):
         if incomplete and self.original:
             return withhold(text, metrics, curve_metrics, files, incomplete, len(tasks), k)
         return Report(text, metrics, headline=headline, files=files, curves=curve_metrics)
+
+    def trial_score(self, record: TrialRecord) -> float:
+        return 1.0 if (record.reward or 0.0) >= 1.0 else 0.0
+
+    def task_scores(self, records: list[TrialRecord], tasks: list[Task], k: int) -> TaskScores:
+        """Each complete task's success rate (x100): SR-k is their mean (a task with fewer than k scored trials is
+        not scored, as `metrics.summarize` leaves it out)."""
+        scores = super().task_scores(records, tasks, k)
+        counts = group_rewards(records, tasks)["all"]
+        return TaskScores(f"SR-{k}", {key: v for key, v in scores.scores.items() if len(counts.get(key, [])) >= k})
 
     def prompts(self) -> dict[str, str]:
         """The paper's prompts as this run uses them: agent system prompt per database and flow, user, validator."""

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import yaml
 
-from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TrialSettings, check_world
+from ...benchmark import (Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TaskScores, TrialSettings,
+                         check_world)
 from ...llm.base import ConfigurationError
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
@@ -231,6 +232,24 @@ class PhysAssistBenchmark(Benchmark):
             patient = live or ReplayedPatient(facts, literacy)
         return SessionPeople(task, bool(self.options.get("explicit", False)), patient,
                              ScriptedCall("user", meter, settings.user_latency_s) if settings.user != "llm" else None)
+
+    def trial_score(self, record: TrialRecord) -> float:
+        """A session's score: the mean of its turns' rubric scores (0 on every turn of a session that ended early;
+        a turn whose judgement failed left out), as the report's mRS counts it."""
+        if self.medagent:
+            return super().trial_score(record)
+        turns = [v for key, v in record.score_parts.items() if key.startswith("T") and key.endswith("/r")]
+        if record.termination != "user_stop":
+            return 0.0
+        scored = [v for v in turns if v is not None]
+        return sum(scored) / len(scored) if scored else 0.0
+
+    def task_scores(self, records: list[TrialRecord], tasks: list, k: int) -> TaskScores:
+        scores = super().task_scores(records, tasks, k)
+        if self.medagent:
+            return scores
+        judged = [r.score_parts["judged"] == 1.0 for r in records if r.valid and "judged" in r.score_parts]
+        return TaskScores("mRS" if judged and all(judged) else "rule_mRS", scores.scores)
 
     def report(self, records: list[TrialRecord], tasks: list, k: int, out_dir: Path) -> Report:
         if self.medagent:
