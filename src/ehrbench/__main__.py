@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
@@ -299,7 +300,17 @@ def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: i
             f"{n_tasks} tasks x {k} trials. Results: {scores or 'none yet'}.{kept}")
 
 
-def evaluate(cfg: DictConfig) -> dict[str, float]:
+@dataclass(frozen=True)
+class Evaluated:
+    """What a finished run left: its MLflow run, where its reports are, its metrics."""
+    run_id: str
+    reports_root: str
+    metrics: dict[str, float]
+
+
+def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
+    """The main job: one benchmark, one agent and model, every trial on Ray, into one MLflow run (a suite's child
+    when `parent_run_id` is given)."""
     from .leaderboard import SCORES_ARTIFACT
     from .runtime.checkpoint import run_identity, task_digest
     from .runtime.rate_limits import limiter_metrics
@@ -328,6 +339,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if done:
         log.info("resuming run %s: %d trials already finished", identity, len(done))
     tracker, store_uri = open_tracker(conf, params, run_name, checkpoint, identity)
+    if parent_run_id:
+        tracker.set_tags({"mlflow.parentRunId": parent_run_id})
     if tracker.resumed and tracker.traces_during_trials and (missing := tracker.log_missing_traces(records)):
         log.info("resuming: %d checkpointed trials had no trace yet; writing them", missing)
     reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
@@ -390,14 +403,23 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     print(report.text)
     browse = store_uri if store_uri.startswith("http") else f"mlflow ui --backend-store-uri {store_uri}"
     print(f"MLflow run {tracker.run.info.run_id} in {store_uri} (browse: {browse})")
-    return metrics
+    return Evaluated(tracker.run.info.run_id, str(Path(conf.tracking.root) / "reports"), metrics)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        evaluate(cfg)
+        if cfg.suite.name != "none":
+            from hydra import compose
+            from hydra.core.hydra_config import HydraConfig
+
+            from .suite import run_suite
+
+            run_suite(cfg, list(HydraConfig.get().overrides.task), evaluate,
+                      lambda overrides: compose(config_name="config", overrides=overrides))
+        else:
+            evaluate(cfg)
     except TaskFileError as e:
         log.error("bad task file: %s", e)
         raise SystemExit(2) from None

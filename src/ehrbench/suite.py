@@ -1,0 +1,131 @@
+"""One command, several benchmarks, many models: `python -m ehrbench suite=all 'models=[gpt-4o,o4-mini]'`.
+
+A suite is a config group (`conf/suite/`): benchmark entries, each a `conf/benchmark` choice with the overrides
+its runs take (`all`: the five benchmarks at their papers' headline settings; `quick`: a stratified slice of each,
+the first task of every finest report group, 2 trials). For every (entry, model) the suite composes the child's
+config exactly as `python -m ehrbench benchmark=<b> model=<m> <entry overrides> <the command's other overrides>`
+would, and runs it with `evaluate` in this process, on this Ray cluster: the child run is the very run that command
+logs (same identity), so a suite killed mid-way continues child by child and trial by trial, and reuses a run that
+finished alone. Children run one after another, so two benchmarks never share a provider's rate limit at once.
+
+The parent run (experiment `suite`, found again by the suite's identity: its entries, models and overrides) is
+tagged on each child (`mlflow.parentRunId`) and holds the leaderboard over them (`leaderboard.py`): the table
+printed, `leaderboard.csv` / `.md` / `.png`, and each cell's estimate and interval as metrics
+(`<benchmark>/<model>/<metric>`, `.../low`, `.../high`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import mlflow
+from omegaconf import DictConfig, OmegaConf
+
+from .llm.base import ConfigurationError
+
+log = logging.getLogger("ehrbench.suite")
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+EXPERIMENT = "suite"
+
+
+def plan(cfg: DictConfig, overrides: list[str]) -> list[tuple[str, str, list[str]]]:
+    """(benchmark, model, the child's overrides) for every entry and model, checked against the conf folders."""
+    suite = OmegaConf.to_container(cfg.suite, resolve=True)
+    entries = suite.get("benchmarks") or {}
+    if not isinstance(entries, dict) or not entries:
+        raise ConfigurationError(f"suite={suite.get('name')!r} names no benchmarks: give `benchmarks: {{<benchmark>: "
+                                 "[overrides]}}` in conf/suite/<name>.yaml")
+    models = list(cfg.get("models") or []) or [cfg.model.name]
+    only = suite.get("only")
+    if only:
+        unknown = [b for b in only if b not in entries]
+        if unknown:
+            raise ConfigurationError(f"suite.only={only}: {unknown[0]!r} is not an entry of suite "
+                                     f"{suite.get('name')!r} (its entries: {list(entries)})")
+        entries = {b: v for b, v in entries.items() if b in only}
+    for b in entries:
+        if not (CONF_DIR / "benchmark" / f"{b}.yaml").exists():
+            raise ConfigurationError(f"suite.benchmarks: {b!r} is not a conf/benchmark choice")
+    for m in models:
+        if not (CONF_DIR / "model" / f"{m}.yaml").exists():
+            raise ConfigurationError(f"models: {m!r} is not a conf/model choice (one of "
+                                     f"{sorted(p.stem for p in (CONF_DIR / 'model').glob('*.yaml'))})")
+    per_benchmark = [o for o in overrides if o.lstrip("+~").startswith("benchmark")]
+    if per_benchmark:
+        raise ConfigurationError(f"{per_benchmark[0]}: a suite runs several benchmarks; give a benchmark's own "
+                                 "options in its entry, e.g. \"suite.benchmarks.ehrchatqa=[benchmark.flows=[incre]]\"")
+    shared = [o for o in overrides if not o.lstrip("+~").startswith(("suite", "models", "model="))]
+    for key in ("trials", "limit_tasks"):
+        if suite.get(key) is not None and not any(o.startswith(f"{key}=") for o in shared):
+            shared.append(f"{key}={suite[key]}")
+    return [(b, m, [f"benchmark={b}", f"model={m}", *(entries[b] or []), *shared]) for b in entries for m in models]
+
+
+def identity(cfg: DictConfig, children: list) -> str:
+    payload = json.dumps({"suite": OmegaConf.to_container(cfg.suite, resolve=True), "children": children},
+                         sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _parent_run(client, suite_id: str, name: str) -> str:
+    """The suite's parent run: the one this suite started before (resumed), or a new one."""
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(EXPERIMENT)
+    earlier = client.search_runs([experiment_id], f"tags.`ehrbench.suite_identity` = '{suite_id}'",
+                                 order_by=["attributes.start_time DESC"], max_results=1)
+    if earlier:
+        client.update_run(earlier[0].info.run_id, status="RUNNING")
+        return earlier[0].info.run_id
+    run = client.create_run(experiment_id, run_name=f"suite-{name}",
+                            tags={"ehrbench.suite_identity": suite_id, "ehrbench.suite": name})
+    return run.info.run_id
+
+
+def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose) -> list:
+    """Every child in turn under one parent run, then the leaderboard on the parent. `evaluate(child_cfg,
+    parent_run_id)` runs one child (the main job's); `compose(overrides)` builds its config as the command would."""
+    from . import leaderboard
+
+    children = plan(cfg, overrides)
+    suite_id = identity(cfg, children)
+    name = cfg.suite.name
+    print(f"suite {name}: {len(children)} runs ({', '.join(sorted({b for b, _, _ in children}))} x "
+          f"{', '.join(sorted({m for _, m, _ in children}))})")
+    parent = client = None
+    results = []
+    try:
+        for i, (bench, model, child_overrides) in enumerate(children, 1):
+            child_cfg = compose(child_overrides)
+            if parent is None:        # the children's store, as the first child's config names it
+                from .config import validate
+
+                conf = validate(OmegaConf.to_container(child_cfg, resolve=True))
+                from .tracking.mlflow_tracker import local_store
+
+                uri = conf.tracking.uri or local_store(conf.tracking.root)[0]
+                mlflow.set_tracking_uri(uri)
+                client = mlflow.MlflowClient(uri)
+                parent = _parent_run(client, suite_id, name)
+                client.log_text(parent, json.dumps(children, indent=1), "suite_plan.json")
+            print(f"suite {name}: [{i}/{len(children)}] {bench} with {model}")
+            results.append(evaluate(child_cfg, parent_run_id=parent))
+        runs = [client.get_run(r.run_id) for r in results]
+        cells = leaderboard.collect(client, runs)
+        reports = Path(results[0].reports_root) / f"suite-{parent}"
+        leaderboard.print_table(cells, f"suite {name}: leaderboard (95% bootstrap intervals over tasks)")
+        for path in leaderboard.write(cells, reports):
+            client.log_artifact(parent, str(path))
+        for c in cells:
+            key = f"{c.benchmark}/{c.model}/{c.scores.metric}"
+            for suffix, value in (("", c.interval.estimate), ("/low", c.interval.low), ("/high", c.interval.high)):
+                client.log_metric(parent, key + suffix, value)
+        client.set_terminated(parent, "FINISHED")
+        print(f"suite {name}: parent run {parent} ({len(cells)} leaderboard cells)")
+        return results
+    except BaseException as e:       # a child stopped by a signal exits 130: the suite was killed, not failed
+        if parent:
+            killed = isinstance(e, KeyboardInterrupt) or (isinstance(e, SystemExit) and e.code == 130)
+            client.set_terminated(parent, "KILLED" if killed else "FAILED")
+        raise
