@@ -300,12 +300,36 @@ def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: i
             f"{n_tasks} tasks x {k} trials. Results: {scores or 'none yet'}.{kept}")
 
 
+def print_estimate(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, conf: RunConfig, n_tasks: int) -> list:
+    """The run's calls, tokens and dollars per model and role, printed before any model call (`estimate.py`)."""
+    import mlflow
+
+    from .estimate import estimate, table
+    from .tracking.mlflow_tracker import local_store
+
+    uri = conf.tracking.uri or local_store(conf.tracking.root)[0]
+    try:
+        client = mlflow.MlflowClient(uri)
+        client.search_experiments(max_results=1)
+    except Exception as e:  # noqa: BLE001 - no store yet, or a server that is down: the profile alone
+        log.info("estimate from the profile alone (the store at %s cannot be read: %s)", uri, e)
+        client = None
+    lines = estimate(bench.name, settings, n_tasks * conf.run.trials, client)
+    if lines:
+        print(table(lines, f"{bench.name}: estimate for {n_tasks} tasks x {conf.run.trials} trials, before any "
+                           f"model call" + (" (dry run: nothing runs)" if conf.run.dry_run else "")))
+    elif conf.run.dry_run:
+        print(f"{bench.name}: no model calls (agent {settings.agent}, model {cfg.model.name}): $0")
+    return lines
+
+
 @dataclass(frozen=True)
 class Evaluated:
     """What a finished run left: its MLflow run, where its reports are, its metrics."""
-    run_id: str
+    run_id: str | None                  # None: a dry run (nothing run, nothing logged)
     reports_root: str
     metrics: dict[str, float]
+    estimate: list = ()                 # the cost estimate printed before any model call (estimate.Line)
 
 
 def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
@@ -320,8 +344,11 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
     conf = validate(params, absolute=to_absolute_path)                               # 1. config, benchmark
     bench = load_benchmark(conf)
     settings = trial_settings(cfg, conf, bench)
-    check_models(settings)
     all_tasks = bench.tasks()                        # read now: a bad task file stops the run before any work
+    lines = print_estimate(bench, settings, cfg, conf, len(select_tasks(all_tasks, conf.run.limit_tasks)))
+    if conf.run.dry_run:                             # no key needed to know what a run would cost
+        return Evaluated(None, str(Path(conf.tracking.root) / "reports"), {}, lines)
+    check_models(settings)
     resources = bench.resources()
     connect_ray(conf, bench)
     paths = prepare_databases(resources, conf)                                       # 2. databases
@@ -403,7 +430,7 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
     print(report.text)
     browse = store_uri if store_uri.startswith("http") else f"mlflow ui --backend-store-uri {store_uri}"
     print(f"MLflow run {tracker.run.info.run_id} in {store_uri} (browse: {browse})")
-    return Evaluated(tracker.run.info.run_id, str(Path(conf.tracking.root) / "reports"), metrics)
+    return Evaluated(tracker.run.info.run_id, str(Path(conf.tracking.root) / "reports"), metrics, lines)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")

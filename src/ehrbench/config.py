@@ -145,6 +145,7 @@ class RunOptions:
     limit_tasks: int | None = field(default=None, metadata=rule(int, low=1, nullable=True))
     resume: bool = field(default=True, metadata=rule(bool))
     run_name: str | None = field(default=None, metadata=rule(str, nullable=True))
+    dry_run: bool = field(default=False, metadata=rule(bool))
 
     def __post_init__(self):
         _check(self, "", "conf/config.yaml")

@@ -93,6 +93,13 @@ def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose) -> list:
     name = cfg.suite.name
     print(f"suite {name}: {len(children)} runs ({', '.join(sorted({b for b, _, _ in children}))} x "
           f"{', '.join(sorted({m for _, m, _ in children}))})")
+    if cfg.get("dry_run"):               # each child's estimate, then the suite's total; nothing runs or is logged
+        lines = [line for _, _, o in children for line in evaluate(compose(o), parent_run_id=None).estimate]
+        from .estimate import merged, table
+
+        print(table(merged(lines), f"suite {name}: estimate over {len(children)} runs, by model and role (dry run: "
+                                   "nothing runs)"))
+        return []
     parent = client = None
     results = []
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..trial import TrialRecord
 
-NOT_IDENTITY = ("tracking", "runtime", "trials", "limit_tasks", "run_name", "resume", "hydra", "suite", "models")
+NOT_IDENTITY = ("tracking", "runtime", "trials", "limit_tasks", "run_name", "resume", "hydra", "suite", "models", "dry_run")
 _RECORD_FIELDS = {f.name for f in fields(TrialRecord)}
 
 
