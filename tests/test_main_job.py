@@ -343,3 +343,45 @@ def test_a_multirun_sweep_to_an_mlflow_server_gives_one_tagged_run_per_combinati
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_budget_stops_the_run_at_its_cap_keeping_every_finished_trial(ray_cluster, tmp_path, shared_world):
+    """budget_usd: each call asks the run's ledger first; the run stops before a call would pass the cap (within one
+    call's price of it), KILLED with the reason, every finished trial on disk; the same command with a larger
+    budget runs only what was left."""
+    from .fake_llm_server import FakeLLMServer, Reply
+
+    per_call = (6000 * 2.5 + 150 * 10.0) / 1e6          # gpt-4o's price, the profile's tokens: $0.0165 a call
+    server = FakeLLMServer().start()
+    try:
+        server.push(*[Reply(text="Here is what I found.", usage=(6000, 150))] * 200, model="gpt-4o")
+        store = mlflow_store(tmp_path / "mlruns")
+
+        def run(budget):
+            return subprocess.run(
+                [sys.executable, "-m", "ehrbench", "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]",
+                 "limit_tasks=2", "trials=2", "data.dictionary=used", "runtime.max_in_flight=1", "model=gpt-4o",
+                 f"model.base_url={server.url}/v1", f"budget_usd={budget}", f"data.root={shared_world / 'gen'}",
+                 f"data.index_cache={shared_world / 'vi'}", f"tracking.root={store}",
+                 f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"],
+                cwd=ROOT, capture_output=True, text=True, timeout=600,
+                env={**os.environ, "OPENAI_API_KEY": "sk-test-not-a-secret", "HF_HUB_OFFLINE": "1"})
+        cap = 0.1
+        out = run(cap)
+        assert out.returncode == 0, out.stderr[-3000:]
+        calls_before = len(server.requests)
+        mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+        [stopped] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+        m = stopped.data.metrics
+        assert stopped.info.status == "KILLED" and stopped.data.tags["ehrbench.stopped"].startswith(
+            f"budget_usd={cap:g} reached")
+        assert cap - per_call < m["cost_usd/all"] <= cap and calls_before == round(m["cost_usd/all"] / per_call)
+        assert m["budget/spent_usd"] == pytest.approx(m["cost_usd/all"])
+        assert 1 <= m["trials_valid"] < 4                        # what finished is kept; the rest did not start
+        again = run(10)
+        assert again.returncode == 0, again.stderr[-3000:]
+    finally:
+        server.stop()
+    [run_] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
+    assert run_.info.run_id == stopped.info.run_id and run_.info.status == "FINISHED"
+    assert run_.data.metrics["trials_valid"] == 4                 # the stopped trials ran; none twice

@@ -356,6 +356,15 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
     digest = task_digest(all_tasks)
     identity = run_identity(params, digest)
     tasks = select_tasks(all_tasks, conf.run.limit_tasks)
+    ledger = None
+    if conf.run.budget_usd:                     # every model call asks this ledger first, across the cluster
+        from dataclasses import replace as with_fields
+
+        from .runtime.budget import start_ledger
+
+        ledger = start_ledger(identity, conf.run.budget_usd)
+        settings = with_fields(settings, budget={"run": identity, "guesses": {
+            line.role: line.cost_usd / line.calls for line in lines if line.calls}})
     runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings,  # 3. runtime
                                                        bench.index_values(all_tasks), identity, len(tasks))
 
@@ -416,7 +425,18 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
             log.warning("results withheld: %s", report.withheld)
         tracker.set_description(description(bench, settings, cfg, k, len(report_tasks), report.headline,
                                             report.withheld))
-        tracker.finish()
+        if stats.budget_stopped:
+            import ray
+
+            spent = ray.get(ledger.state.remote())
+            reason = (f"budget_usd={conf.run.budget_usd:g} reached: ${spent['spent_usd']:.4f} spent; the trials it "
+                      "stopped are run by the same command with a larger budget")
+            tracker.set_tags({"ehrbench.stopped": reason})
+            tracker.log_metrics({"budget/spent_usd": spent["spent_usd"], "budget/cap_usd": spent["cap_usd"]})
+            log.warning("%s", reason)
+            tracker.finish(status="KILLED")
+        else:
+            tracker.finish()
     except KeyboardInterrupt:                  # Ctrl-C, or SIGTERM (RunInterrupted)
         tracker.finish(status="KILLED")
         log.error("stopped by a signal: %d trials are on disk; run the same command to resume", len(records))
@@ -427,6 +447,10 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
     finally:
         signal.signal(signal.SIGTERM, previous)
         release(runtime)
+        if ledger is not None:
+            import ray
+
+            ray.kill(ledger)
     print(report.text)
     browse = store_uri if store_uri.startswith("http") else f"mlflow ui --backend-store-uri {store_uri}"
     print(f"MLflow run {tracker.run.info.run_id} in {store_uri} (browse: {browse})")

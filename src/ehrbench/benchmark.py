@@ -192,6 +192,7 @@ class TrialSettings:
     max_attempts: int = 10                    # simulation attempts per trial while the validator rejects (original: 10)
     grader_model: dict | None = None          # model-backed graders (rubrics), for benchmarks that have them
     limits: Limits = Limits()
+    budget: dict | None = None                # `budget_usd`: {"run": ledger's run, "guesses": role -> $ a call}
 
     def models(self) -> dict[str, dict]:
         """The model configs in use, by field (`agent_model`, ...): the start-up key check, the rate limiters."""
@@ -210,7 +211,12 @@ class TrialSettings:
                "reflection": self.verifier_model or self.user_model}[role]
         if cfg is None:
             raise ValueError(f"no model configured for the {role} role")
-        return MeteredModel(build_model(cfg), role, meter, price_of(cfg))
+        budget = None
+        if self.budget:                      # `budget_usd`: every call asks the run's ledger first
+            from .runtime.budget import Budget
+
+            budget = Budget(self.budget["run"], self.budget["guesses"])
+        return MeteredModel(build_model(cfg), role, meter, price_of(cfg), budget)
 
     def with_options(self, **options) -> "TrialSettings":
         return replace(self, benchmark_options={**self.benchmark_options, **options})

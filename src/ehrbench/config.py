@@ -146,6 +146,7 @@ class RunOptions:
     resume: bool = field(default=True, metadata=rule(bool))
     run_name: str | None = field(default=None, metadata=rule(str, nullable=True))
     dry_run: bool = field(default=False, metadata=rule(bool))
+    budget_usd: float | None = field(default=None, metadata=rule(float, above=0, nullable=True))
 
     def __post_init__(self):
         _check(self, "", "conf/config.yaml")

@@ -47,12 +47,16 @@ class Termination(str, Enum):
     INFRA_TOOL = "infra_error_tool"
     INFRA_WORKER = "infra_error_worker"  # the process running the trial died (Ray reported it)
     INFRA_HARNESS = "infra_error_harness"  # benchmark or harness code raised: a bug to fix, never the agent's score
+    INFRA_BUDGET = "infra_error_budget"  # the run's budget_usd would be passed: stopped unscored, run by a resume
     REJECTED = "rejected_by_validator"   # the simulated user broke its rules: kept, never scored, re-run
     CONTEXT_OVERFLOW = "context_overflow"  # the agent's conversation outgrew its model's context: ended, scored 0
 
     @property
     def is_infrastructure(self) -> bool:
         return self.value.startswith("infra_error")
+
+
+_INFRA_BY_SOURCE = {"model": Termination.INFRA_MODEL, "budget": Termination.INFRA_BUDGET}
 
 
 @dataclass
@@ -199,8 +203,9 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
         elif termination in (Termination.USER_STOP, Termination.ANSWERED):
             try:
                 result = await score(record)
-            except InfrastructureError as e:     # scoring needs the tools' hosts too
-                return await finish(Termination.INFRA_TOOL, f"while scoring: {e}")
+            except InfrastructureError as e:     # scoring needs the tools' hosts too (and a grader, the budget)
+                return await finish(_INFRA_BY_SOURCE.get(e.source, Termination.INFRA_TOOL) if e.source == "budget"
+                                    else Termination.INFRA_TOOL, f"while scoring: {e}")
             if isinstance(result, Score):
                 record.reward, record.score_parts, record.memory = result.reward, result.parts, result.memory
             else:
@@ -216,7 +221,7 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
         try:
             first = await user.reply([Message("assistant", greeting)] if greeting else [])
         except InfrastructureError as e:
-            return await finish(Termination.INFRA_USER, str(e))
+            return await finish(Termination.INFRA_BUDGET if e.source == "budget" else Termination.INFRA_USER, str(e))
         history.append(timed(Message("user", first.text), asked))
     async def _consequence(action: Message) -> TrialRecord | None:
         """Run the agent's tool call, or pass its message to the user; a finished record when the trial ends."""
@@ -237,7 +242,7 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
         try:
             reply = await user.reply(history)
         except InfrastructureError as e:
-            return await finish(Termination.INFRA_USER, str(e))
+            return await finish(Termination.INFRA_BUDGET if e.source == "budget" else Termination.INFRA_USER, str(e))
         history.append(timed(Message("user", reply.text), asked))
         if reply.done:
             return await finish(Termination.USER_STOP)
@@ -255,7 +260,7 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
             except InfrastructureError as e:
                 if e.agent_caused:                     # its own conversation was refused: scored, never re-run
                     return await finish(Termination.AGENT_ERROR, str(e))
-                return await finish(Termination.INFRA_MODEL if e.source == "model" else Termination.INFRA_TOOL, str(e))
+                return await finish(_INFRA_BY_SOURCE.get(e.source, Termination.INFRA_TOOL), str(e))
             except Exception as e:  # noqa: BLE001 - an agent bug ends its own trial, scored 0
                 return await finish(Termination.AGENT_ERROR, f"{type(e).__name__}: {e}")
             record.agent_time_s += max(0.0, clock() - asked - queued[0])

@@ -78,14 +78,21 @@ class MeteredModel:
     role: str
     meter: UsageMeter
     price: Price = Price()
+    budget: object | None = None     # the run's spending cap (`runtime/budget.Budget`): asked before every call
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        started = time.time()
+        key = f"{self.model.model}/{self.role}"
+        reserved = await self.budget.reserve(key, self.role) if self.budget else 0.0
+        started, usage = time.time(), Usage()
         try:
             response = await self.model.complete(request)
+            usage = response.usage
         except (InfrastructureError, ModelTurnError) as e:     # what the failed call spent is still paid for
-            self.meter.add(self.role, getattr(e, "usage", None) or Usage(), self.price, started, self.model.model,
-                           failed=True)
+            usage = getattr(e, "usage", None) or Usage()
+            self.meter.add(self.role, usage, self.price, started, self.model.model, failed=True)
             raise
+        finally:
+            if self.budget:
+                await self.budget.settle(key, reserved, self.price.cost(usage))
         self.meter.add(self.role, response.usage, self.price, started, self.model.model)
         return response

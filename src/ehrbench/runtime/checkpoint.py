@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..trial import TrialRecord
 
-NOT_IDENTITY = ("tracking", "runtime", "trials", "limit_tasks", "run_name", "resume", "hydra", "suite", "models", "dry_run")
+NOT_IDENTITY = ("tracking", "runtime", "trials", "limit_tasks", "run_name", "resume", "hydra", "suite", "models", "dry_run", "budget_usd")
 _RECORD_FIELDS = {f.name for f in fields(TrialRecord)}
 
 

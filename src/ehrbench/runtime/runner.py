@@ -157,6 +157,7 @@ def build_indexes(databases: dict[str, list], index_handle, indexed_columns: dic
 class RunStats:
     infra_retries: int = 0
     worker_failures: int = 0
+    budget_stopped: bool = False     # a call would have passed budget_usd: nothing more was submitted
 
 
 def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[TrialRecord], None],
@@ -216,9 +217,16 @@ def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[Tri
             for record in records:
                 on_record(record)
             record = records[-1]
+            if record.termination == Termination.INFRA_BUDGET.value:   # the cap is reached: submit nothing more,
+                if not stats.budget_stopped:                           # let the trials in flight come back
+                    log.warning("budget_usd reached: no more trials are started; %d in flight", len(in_flight))
+                stats.budget_stopped = True
+                queue.clear()
+                pending = [deque() for _ in pending]
+                continue
             if record.valid or record.termination == Termination.REJECTED.value:  # done: scored, or incomplete
                 bar.update(1)
-            elif attempt + 1 < max_attempts:
+            elif attempt + 1 < max_attempts and not stats.budget_stopped:
                 stats.infra_retries += 1
                 queue.append((task, i, attempt + 1, c))
                 continue
