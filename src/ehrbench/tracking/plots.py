@@ -43,16 +43,8 @@ def category_bars(values: dict[str, float], path: Path, title: str, ylabel: str 
     return path
 
 
-def grouped_bars(values: dict[str, dict[str, float]], path: Path, title: str, ylabel: str = "score") -> Path:
-    """values: group (x axis, in order) -> series -> value; one bar per series in each group (0-100 scale)."""
-    groups = list(values)
-    series = list(dict.fromkeys(s for g in groups for s in values[g]))
-    width = 0.8 / max(1, len(series))
-    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(groups)), 4))
-    for i, name in enumerate(series):
-        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(groups))]
-        bars = ax.bar(xs, [values[g].get(name, 0.0) for g in groups], width, label=name, color=f"C{i % 10}")
-        ax.bar_label(bars, fmt="%.1f", fontsize=7)
+def _save_grouped(fig, ax, groups: list[str], path: Path, title: str, ylabel: str) -> Path:
+    """The frame of a plot with one slot per group on the x axis (0-100 scale), written to `path`."""
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylim(0, 105)
     ax.set_ylabel(ylabel)
@@ -63,6 +55,19 @@ def grouped_bars(values: dict[str, dict[str, float]], path: Path, title: str, yl
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def grouped_bars(values: dict[str, dict[str, float]], path: Path, title: str, ylabel: str = "score") -> Path:
+    """values: group (x axis, in order) -> series -> value; one bar per series in each group (0-100 scale)."""
+    groups = list(values)
+    series = list(dict.fromkeys(s for g in groups for s in values[g]))
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(groups)), 4))
+    for i, name in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(groups))]
+        bars = ax.bar(xs, [values[g].get(name, 0.0) for g in groups], width, label=name, color=f"C{i % 10}")
+        ax.bar_label(bars, fmt="%.1f", fontsize=7)
+    return _save_grouped(fig, ax, groups, path, title, ylabel)
 
 
 def threshold_curve(xs: list[float], ys: list[float], path: Path, title: str, xlabel: str, ylabel: str) -> Path:
@@ -100,13 +105,4 @@ def interval_points(values: dict[str, dict[str, tuple[float, float, float]]], pa
                 err[0].append(est - low)
                 err[1].append(high - est)
         ax.errorbar(xs, ys, yerr=err, fmt="o", capsize=4, color=f"C{i % 10}", label=name)
-    ax.set_xticks(range(len(groups)), groups)
-    ax.set_ylim(0, 105)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save_grouped(fig, ax, groups, path, title, ylabel)
