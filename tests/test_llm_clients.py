@@ -8,7 +8,7 @@ from ehrbench.llm.gemini import GeminiModel
 from ehrbench.llm.openai_compatible import OpenAICompatibleModel
 from ehrbench.trial import InfrastructureError, Message, ToolCall
 
-from .conftest import FAST
+from .conftest import FAST, ROOT
 from .fake_llm_server import Reply
 
 TOOLS = [{"name": "sql_execute", "description": "run SQL",
@@ -141,3 +141,34 @@ def test_structured_output_is_requested_in_each_protocol(model_factory, server):
     else:
         assert body["generationConfig"]["responseMimeType"] == "application/json"
         assert body["generationConfig"]["responseJsonSchema"]["required"] == ["reflection", "new_response"]
+
+
+MODEL_CONFS = sorted(p for p in (ROOT / "conf" / "model").glob("*.yaml") if p.stem != "scripted")
+
+
+@pytest.mark.parametrize("path", MODEL_CONFS, ids=lambda p: p.stem)
+def test_every_model_conf_starts_and_answers_with_its_provider_s_quirks(path, server, monkeypatch):
+    """Each conf/model choice (the papers' models and judges) is built from its YAML as a run builds it and makes
+    one call against the fake server: the model id it names is the one sent, a model that rejects `temperature`
+    gets none, a reasoning effort is sent where the conf sets one, and its price is read."""
+    import yaml
+
+    from ehrbench.llm.registry import build_model, price_of
+
+    cfg = yaml.safe_load(path.read_text())
+    gemini = cfg["provider"] == "gemini"
+    cfg["base_url"] = server.url if gemini else server.url + "/v1"
+    cfg["retry"] = {"max_attempts": 2, "initial_backoff_s": 0.01, "max_backoff_s": 0.02}
+    monkeypatch.setenv("GEMINI_API_KEY" if gemini else cfg.get("api_key_env", "OPENAI_API_KEY"), "test-key")
+    server.push(Reply(text="ok"))
+    response = run(build_model(cfg).complete(ChatRequest(CONVERSATION, system="sys", temperature=0.0)))
+    assert response.text == "ok"
+    assert price_of(cfg).output > 0 or cfg.get("server") == "vllm"          # self-hosted: the user's own figure
+    seen = server.requests[-1]
+    if gemini:
+        assert f"models/{cfg['model']}:" in seen.path
+        assert ("thinkingConfig" in seen.body.get("generationConfig", {})) == (cfg.get("thinking_budget") is not None)
+    else:
+        assert seen.body["model"] == cfg["model"]
+        assert ("temperature" in seen.body) == cfg.get("supports_temperature", True)
+        assert seen.body.get("reasoning_effort") == cfg.get("reasoning_effort")
