@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..llm.base import ChatRequest, ModelTurnError
 from ..llm.usage import MeteredModel
-from ..trial import CONTEXT_EXCEEDED, InfrastructureError, Message, ToolCall
+from ..trial import CONTEXT_EXCEEDED, LIMITER_WAIT, InfrastructureError, Message, ToolCall
 
 
 def tool_call_message(response, fallback_id: str) -> Message:
@@ -55,12 +55,16 @@ class ToolCallingAgent:
     async def act(self, history: list[Message]) -> Message:
         request = ChatRequest(history, system=self.system, tools=self.tools, temperature=self.temperature,
                               seed=self.seed, max_tokens=self.max_tokens)
-        started = time.monotonic()
+        started, waits = time.monotonic(), LIMITER_WAIT.get()
+        queued_before = waits[0] if waits else 0.0
+
+        def spent() -> float:              # this act's time as the trial counts it (rate-limiter queues left out)
+            return time.monotonic() - started - ((waits[0] - queued_before) if waits else 0.0)
         try:
             response = await self.model.complete(request)
             reasks = 0
             while response.malformed and self.policy.reask_malformed and reasks < self.policy.max_reasks and \
-                    time.monotonic() - started < self.policy.reask_budget_s:
+                    spent() <= self.policy.reask_budget_s:
                 await asyncio.sleep(self.policy.reask_wait_s)
                 reasks += 1
                 response = await self.model.complete(request)
