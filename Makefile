@@ -13,7 +13,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-clinsql-tasks bench-agentehr bench-physassist bench-physassist-sessions bench-scaleout clean
+.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-clinsql-tasks bench-agentehr bench-physassist bench-physassist-sessions bench-rate-limits bench-scaleout clean
 install: $(BIN)/.installed
 
 run: install
@@ -57,6 +57,9 @@ bench-physassist: install
 
 bench-physassist-sessions: install
 	$(BIN)/python bench/bench_physassist_sessions.py $(ARGS)
+
+bench-rate-limits: install
+	$(BIN)/python bench/bench_rate_limits.py $(ARGS)
 
 bench-scaleout: install
 	$(BIN)/python bench/bench_scaleout.py $(ARGS)

@@ -63,6 +63,20 @@ class FakeLLMServer:
     requests: list[Seen] = field(default_factory=list)
     require_signatures: bool = False   # refuse a request that sends back a signed functionCall without its signature
     issued_signatures: set = field(default_factory=set)
+    defaults: dict = field(default_factory=dict)    # model -> the reply when its script is empty (a bench's steady load)
+    rpm: dict = field(default_factory=dict)         # model -> requests allowed per `window_s`; past it: 429, Retry-After
+    window_s: float = 60.0
+    served: list = field(default_factory=list)      # (time, model, status) of every chat request answered
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _over_limit(self, model: str | None) -> float | None:
+        """Seconds until `model`'s window has room, when a request now would pass its limit (None: it may go)."""
+        limit = self.rpm.get(model)
+        if not limit:
+            return None
+        now = time.monotonic()
+        recent = [t for t, m, status in self.served if m == model and status == 200 and now - t < self.window_s]
+        return self.window_s - (now - recent[0]) if len(recent) >= limit else None
 
     def push(self, *replies: Reply, model: str | None = None) -> None:
         (self.scripts.setdefault(model, deque()) if model else self.script).extend(replies)
@@ -80,11 +94,18 @@ class FakeLLMServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 server.requests.append(Seen(self.path, dict(self.headers), body))
-                queue = server.scripts.get(_model_of(self.path, body), server.script)
+                model = _model_of(self.path, body)
+                queue = server.scripts.get(model, server.script)
                 embedding = self.path.endswith("/embeddings") or ":batchEmbedContents" in self.path
                 # embedding calls answer by content unless a reply (an error) was scripted for them
-                reply = queue.popleft() if queue else Reply() if embedding else Reply(status=500,
-                                                                                      text="script exhausted")
+                reply = queue.popleft() if queue else Reply() if embedding else server.defaults.get(model) or \
+                    Reply(status=500, text="script exhausted")
+                if not embedding:
+                    with server._lock:                 # the check and the count together: a limit never passed
+                        if (wait := server._over_limit(model)) is not None:
+                            reply = Reply(status=429, headers={"Retry-After": f"{max(1, round(wait))}"},
+                                          retry_delay=f"{max(1, round(wait))}s", message="rate limit exceeded")
+                        server.served.append((time.monotonic(), model, reply.status))
                 time.sleep(reply.delay_s)
                 gemini = ":generateContent" in self.path
                 if self.path.endswith("/embeddings") or ":batchEmbedContents" in self.path:

@@ -121,6 +121,11 @@ def limiter_name(cfg: dict) -> str:
             f"c{limits.get('concurrency', 8)}-m{limits.get('per_minute') or 'inf'}")
 
 
+WINDOW_S = 60.0         # a provider's per-minute limit counts the requests that reached it in the last minute
+WINDOW_GUARD_S = 1.0    # a request reaches the provider a little after its slot is granted (more under load): a
+                        # window one second longer keeps the provider's own count under its limit (bench-rate-limits)
+
+
 def _beside_the_driver():
     """Limiters live on the driver's node (the head, under `ray job submit`): the one node whose loss ends the run
     anyway, so no other node's loss empties a budget. Hard affinity: Ray's soft affinity passes over a node with no
@@ -143,7 +148,8 @@ def start_rate_limiters(settings) -> tuple[dict, object]:
         if name not in actors:
             actors[name] = RateLimiterActor.options(name=name, get_if_exists=True, max_concurrency=100_000,
                                                     scheduling_strategy=_beside_the_driver()).remote(
-                limits.get("concurrency", 8), limits.get("per_minute"), lease_s=float(cfg.get("timeout_s", 120)) * 2)
+                limits.get("concurrency", 8), limits.get("per_minute"), lease_s=float(cfg.get("timeout_s", 120)) * 2,
+                window_s=WINDOW_S + WINDOW_GUARD_S)
         changes[field_name] = {**cfg, "limits": {**limits, "cluster_actor": name}}
     return actors, replace(settings, **changes)
 
