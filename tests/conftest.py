@@ -101,13 +101,15 @@ def ray_cluster():
     """
     import ray
 
-    port, dash = free_ports(2)
+    # every port its own: Ray's dashboard agent listens on 52365 by default, so another Ray cluster on the machine
+    # (a user's, a bench's) would leave this one without the agent `ray job submit` needs
+    port, dash, agent = free_ports(3)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     log = (RAY_SCRATCH / "head.log").open("w")
     head = subprocess.Popen(["bash", str(ROOT / "jobs" / "start-ray-head.sh"), f"--port={port}", "--num-cpus=2",
                              "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-                             f"--temp-dir={RAY_SCRATCH / 'r'}", "--block"],
+                             f"--dashboard-agent-listen-port={agent}", f"--temp-dir={RAY_SCRATCH / 'r'}", "--block"],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     cluster = RayCluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dash}", head.pid)
     try:
