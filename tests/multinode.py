@@ -126,8 +126,16 @@ class MultiNodeCluster:
                               "k for k in n['Resources'] if k.startswith('ehrbench_'))} for n in ray.nodes() "
                               "if n['Alive']]))" % self.address],
                              capture_output=True, text=True, env=self.env, timeout=120)
-        lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
-        return json.loads(lines[-1]) if lines else []
+        # the list is the last line that reads as one: Ray may print its own lines to stdout after it, such as "raylet
+        # has lagging heartbeats due to slow network or busy workload" on a loaded machine
+        for line in reversed(out.stdout.splitlines() if out.returncode == 0 else []):
+            try:
+                found = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(found, list):
+                return found
+        return []
 
     def stop(self) -> None:
         for name in list(self.nodes):
