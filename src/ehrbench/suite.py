@@ -23,7 +23,9 @@ from pathlib import Path
 import mlflow
 from omegaconf import DictConfig, OmegaConf
 
+from .config import validate
 from .llm.base import ConfigurationError
+from .tracking.mlflow_tracker import local_store
 
 log = logging.getLogger("ehrbench.suite")
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -106,11 +108,7 @@ def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose) -> list:
         for i, (bench, model, child_overrides) in enumerate(children, 1):
             child_cfg = compose(child_overrides)
             if parent is None:        # the children's store, as the first child's config names it
-                from .config import validate
-
                 conf = validate(OmegaConf.to_container(child_cfg, resolve=True))
-                from .tracking.mlflow_tracker import local_store
-
                 uri = conf.tracking.uri or local_store(conf.tracking.root)[0]
                 mlflow.set_tracking_uri(uri)
                 client = mlflow.MlflowClient(uri)

@@ -204,8 +204,8 @@ async def run_trial(task_key: str, trial: int, agent: Agent, user: User | None, 
             try:
                 result = await score(record)
             except InfrastructureError as e:     # scoring needs the tools' hosts too (and a grader, the budget)
-                return await finish(_INFRA_BY_SOURCE.get(e.source, Termination.INFRA_TOOL) if e.source == "budget"
-                                    else Termination.INFRA_TOOL, f"while scoring: {e}")
+                return await finish(Termination.INFRA_BUDGET if e.source == "budget" else Termination.INFRA_TOOL,
+                                    f"while scoring: {e}")
             if isinstance(result, Score):
                 record.reward, record.score_parts, record.memory = result.reward, result.parts, result.memory
             else:

@@ -75,8 +75,7 @@ class ToolCallingAgent:
         except ModelTurnError as e:
             if not self.policy.pass_failed_turns:
                 raise
-            blocked = "blocked" in str(e) or "filter" in str(e)
-            return Message("assistant", None if blocked else "", finish_reason="blocked" if blocked else "length")
+            return Message("assistant", None if e.blocked else "", finish_reason="blocked" if e.blocked else "length")
         if response.tool_calls:
             self._calls += 1
             return tool_call_message(response, f"call_{self._calls}")

@@ -54,9 +54,10 @@ class ModelTurnError(Exception):
     cut it off before anything was said. Not retried (the same request gets the same refusal); an agent's turn
     that fails so ends its trial as `agent_error` with this text, a user's or judge's costs that call's attempt."""
 
-    def __init__(self, message: str, usage: "Usage | None" = None):
+    def __init__(self, message: str, usage: "Usage | None" = None, blocked: bool = False):
         super().__init__(message)
         self.usage = usage
+        self.blocked = blocked       # a filter blocked it (no text at all), rather than the token limit cutting it
 
 
 REFUSED = (400, 413, 422)      # HTTP statuses that may refuse what a request holds (not auth, not a missing model)

@@ -121,7 +121,8 @@ class GeminiModel(ChatModel):
         if not result.candidates:
             blocked = result.prompt_feedback.block_reason if result.prompt_feedback else None
             if blocked:
-                raise ModelTurnError(f"the provider blocked the prompt (blockReason={_name(blocked)})", usage)
+                raise ModelTurnError(f"the provider blocked the prompt (blockReason={_name(blocked)})", usage,
+                                     blocked=True)
             raise RetryableError("empty response: the server sent no candidates", usage=usage)
         candidate = result.candidates[0]
         finish = _name(candidate.finish_reason)
@@ -133,7 +134,7 @@ class GeminiModel(ChatModel):
                 raise ModelTurnError("the model was cut off at its output-token limit before saying anything "
                                      "(finishReason=MAX_TOKENS)", usage)
             if finish in BLOCKED:
-                raise ModelTurnError(f"the provider blocked the answer (finishReason={finish})", usage)
+                raise ModelTurnError(f"the provider blocked the answer (finishReason={finish})", usage, blocked=True)
         response = ChatResponse(text=text or None, usage=usage,
                                 finish_reason=finish if finish not in (None, "STOP") else None)
         if any(p.thought_signature for p in parts):   # sent back as they came, or the next call is refused

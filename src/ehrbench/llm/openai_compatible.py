@@ -114,7 +114,7 @@ class OpenAICompatibleModel(ChatModel):
                                      "(finish_reason=length)", usage)
             if finish == "content_filter":
                 raise ModelTurnError("the provider's content filter blocked the answer "
-                                     "(finish_reason=content_filter)", usage)
+                                     "(finish_reason=content_filter)", usage, blocked=True)
         response = ChatResponse(text=message.content, usage=usage,
                                 finish_reason=finish if finish not in (None, "stop", "tool_calls") else None)
         calls = (message.tool_calls or [])[:None if request.parallel_tool_calls else 1]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from ...agents.tool_calling import EHRBENCH, ORIGINAL, ToolCallingAgent
@@ -132,8 +133,6 @@ class EhrChatQA(Benchmark):
         else:
             policy = EHRBENCH
             if self.original:
-                from dataclasses import replace
-
                 budget = settings.limits.time_limit_s
                 policy = replace(ORIGINAL, reask_budget_s=budget, reask_wait_s=float(self.options.get(
                     "reask_wait_s", ORIGINAL.reask_wait_s)))
