@@ -517,3 +517,71 @@ def test_the_prompts_carry_the_authors_schema_reference_under_the_original_contr
     prompt = generation_prompt("Q?", original)
     assert f"\n\nMIMIC-IV Schema Reference (HOSP + ICU):\n{original}\n\nClinical question:\n\"Q?\"" in prompt
     assert schema_text("ehrbench") != original and "## age" not in schema_text("ehrbench")
+
+
+# --- rescoring a finished run (`ehrbench-report rescore`) ---------------------------------------------------------
+def _rescore(store, *args):
+    return subprocess.run([sys.executable, "-m", "ehrbench.report", "rescore", *args,
+                           f"--tracking-uri=sqlite:///{store / 'mlflow.db'}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_a_rescore_gives_the_scores_a_run_with_the_new_option_gets_and_asks_no_model(small_world, ray_cluster,
+                                                                                     tmp_path):
+    """A judged run (the judge fails every leaf) scored again with the checker on equals a fresh run with the checker
+    on, with no request reaching the fake server; a changed judge prompt finds no recorded reply unless the judge is
+    asked again (then exactly its leaves are asked); a change to the agent's prompt is refused as a new run."""
+    from .fake_llm_server import FakeLLMServer, Reply
+
+    tasks = load_tasks(small_world / "tasks")
+    task = next(t for t in tasks if t.difficulty == "easy")
+    one = tmp_path / "tasks"
+    shutil.copytree(small_world / "tasks" / task.scenario / "easy_level_queries" / task.task_id,
+                    one / task.scenario / "easy_level_queries" / task.task_id)
+    shutil.copy(small_world / "tasks" / "manifest.json", one)
+    n_leaves = len(list(task.sql_tree.leaves())) + len(list(task.results_tree.leaves()))
+    server = FakeLLMServer().start()
+    server.defaults["gemini-2.5-flash"] = Reply(text=f"Reasoning: direct.\n```sql\n{task.gold_sql}\n```")
+    server.defaults["gpt-5-chat-latest"] = Reply(text="Score: 0\nExplanation: not met.")
+    store = mlflow_store(tmp_path / "mlruns")
+    common = ["benchmark=clinsql", f"benchmark.task_dir={one}", f"data.scale={SCALE}", "trials=2",
+              "model=gemini-2.5-flash", f"+model.base_url={server.url}", "grader=gpt-5-chat",
+              f"grader.model.base_url={server.url}", f"data.root={small_world / 'gen'}", f"tracking.root={store}",
+              f"runtime.address={ray_cluster.address}"]
+    try:
+        judged = _main([*common, f"hydra.run.dir={tmp_path / 'a'}"])
+        assert judged.returncode == 0, judged.stderr[-3000:]
+        checked = _main([*common, "benchmark.leaf_checker=true", f"hydra.run.dir={tmp_path / 'b'}"])
+        assert checked.returncode == 0, checked.stderr[-3000:]
+        mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+        runs = mlflow.search_runs(experiment_names=["clinsql"], output_format="list", order_by=["start_time ASC"])
+        run_a, run_b = (r.data for r in runs)
+        assert run_a.metrics["exec_score"] != run_b.metrics["exec_score"]      # the option changes the score
+        sent = len(server.requests)
+
+        out = _rescore(store, runs[0].info.run_id[:8], "benchmark.leaf_checker=true")
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert len(server.requests) == sent                                     # no model call
+        [rescored] = [r for r in mlflow.search_runs(experiment_names=["clinsql"], output_format="list")
+                      if r.data.tags.get("ehrbench.rescored_from") == runs[0].info.run_id]
+        for metric in ("exec_score", "sql_score"):
+            assert rescored.data.metrics[metric] == run_b.metrics[metric], metric
+        assert rescored.data.metrics["rescore/model_calls"] == 0
+        assert rescored.data.metrics["rescore/trials_replayed"] == 2
+        assert rescored.data.metrics["calls/grader"] == run_a.metrics["calls/grader"]   # what the trials cost
+
+        out = _rescore(store, runs[0].info.run_id, "benchmark.judge_gold=false")   # the judge's prompt changes
+        assert out.returncode == 2 and "--graders ask" in out.stderr, out.stderr[-2000:]
+        assert len(server.requests) == sent
+        out = _rescore(store, runs[0].info.run_id, "benchmark.judge_gold=false", "--graders", "ask")
+        assert out.returncode == 0, out.stderr[-3000:]
+        asked = server.requests[sent:]
+        assert len(asked) == 2 * n_leaves and all(r.body["model"] == "gpt-5-chat-latest" for r in asked)
+        assert all("Reference SQL" not in r.body["messages"][-1]["content"] for r in asked)
+
+        out = _rescore(store, runs[0].info.run_id, "benchmark.schema_in_prompt=false")   # what the agent sees
+        assert out.returncode == 2 and "differs from the recorded one" in out.stderr, out.stderr[-2000:]
+        out = _rescore(store, runs[0].info.run_id, "model=gpt-4o")
+        assert out.returncode == 2 and "changes the trials themselves" in out.stderr
+    finally:
+        server.stop()

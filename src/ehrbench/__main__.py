@@ -300,8 +300,33 @@ def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: i
             f"{n_tasks} tasks x {k} trials. Results: {scores or 'none yet'}.{kept}")
 
 
-def print_estimate(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, conf: RunConfig, n_tasks: int) -> list:
-    """The run's calls, tokens and dollars per model and role, printed before any model call (`estimate.py`)."""
+def log_results(tracker, bench: Benchmark, settings: TrialSettings, cfg: DictConfig, records: list[TrialRecord],
+                tasks: list, k: int, reports: Path, extra: dict[str, float]):
+    """The benchmark's report on `records` logged to the run: metrics (with `extra`), curves, files, the table,
+    each task's score (what a leaderboard resamples), whether results are complete, and the description."""
+    from .leaderboard import SCORES_ARTIFACT
+
+    report = bench.report(records, tasks, k, reports)
+    metrics = {**report.metrics, **extra}
+    tracker.log_metrics(metrics)
+    for name, values in report.curves.items():
+        tracker.log_curve(name, values)
+    for f in report.files:
+        tracker.log_artifact(f)
+    tracker.log_text(report.text, "results_table.txt")
+    scores = bench.task_scores(records, tasks, k)
+    tracker.log_text(json.dumps(scores.to_json(), indent=1), SCORES_ARTIFACT)
+    tracker.set_tags({"ehrbench.results": "partial" if report.withheld else "complete"})
+    if report.withheld:
+        log.warning("results withheld: %s", report.withheld)
+    tracker.set_description(description(bench, settings, cfg, k, len(tasks), report.headline, report.withheld))
+    return report, metrics
+
+
+def print_estimate(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, conf: RunConfig, n_tasks: int,
+                   quiet: bool = False) -> list:
+    """The run's calls, tokens and dollars per model and role, printed before any model call (`estimate.py`);
+    `quiet`: returned only (a suite prints its children's together, first)."""
     import mlflow
 
     from .estimate import estimate, table
@@ -315,6 +340,8 @@ def print_estimate(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, c
         log.info("estimate from the profile alone (the store at %s cannot be read: %s)", uri, e)
         client = None
     lines = estimate(bench.name, settings, n_tasks * conf.run.trials, client)
+    if quiet:
+        return lines
     if lines:
         print(table(lines, f"{bench.name}: estimate for {n_tasks} tasks x {conf.run.trials} trials, before any "
                            f"model call" + (" (dry run: nothing runs)" if conf.run.dry_run else "")))
@@ -332,10 +359,12 @@ class Evaluated:
     estimate: list = ()                 # the cost estimate printed before any model call (estimate.Line)
 
 
-def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
+def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[str] | None = None,
+             estimate_only: bool = False) -> Evaluated:
     """The main job: one benchmark, one agent and model, every trial on Ray, into one MLflow run (a suite's child
-    when `parent_run_id` is given)."""
-    from .leaderboard import SCORES_ARTIFACT
+    when `parent_run_id` is given). `overrides`, the command line that composed `cfg`, is kept with the run
+    (`command.json`) so `ehrbench-report rescore` can compose it again. `estimate_only`: the config checked and
+    the cost estimated, nothing printed or run (a suite's estimate before its first child)."""
     from .runtime.checkpoint import run_identity, task_digest
     from .runtime.rate_limits import limiter_metrics
     from .runtime.runner import node_count, placement, release, run_trials
@@ -345,8 +374,9 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
     bench = load_benchmark(conf)
     settings = trial_settings(cfg, conf, bench)
     all_tasks = bench.tasks()                        # read now: a bad task file stops the run before any work
-    lines = print_estimate(bench, settings, cfg, conf, len(select_tasks(all_tasks, conf.run.limit_tasks)))
-    if conf.run.dry_run:                             # no key needed to know what a run would cost
+    lines = print_estimate(bench, settings, cfg, conf, len(select_tasks(all_tasks, conf.run.limit_tasks)),
+                           quiet=estimate_only)
+    if conf.run.dry_run or estimate_only:            # no key needed to know what a run would cost
         return Evaluated(None, str(Path(conf.tracking.root) / "reports"), {}, lines)
     check_models(settings)
     resources = bench.resources()
@@ -394,6 +424,11 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
     previous = signal.signal(signal.SIGTERM, interrupted)
     try:
         describe_inputs(tracker, bench, tasks, digest, reports)
+        if overrides is not None:
+            from .rescore import COMMAND_ARTIFACT
+
+            tracker.log_text(json.dumps({"overrides": list(overrides), "cwd": os.getcwd()}, indent=1),
+                             COMMAND_ARTIFACT)
         where = placement(runtime)                # which node each actor landed on, by role
         tracker.log_text(json.dumps(where, indent=2), "placement.json")
         tracker.set_tags({"ehrbench.nodes": str(node_count(where))})
@@ -409,22 +444,9 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None) -> Evaluated:
         report_tasks = [t for t in all_tasks if t.key in set(keys)]
         wanted = {(t.key, i) for t in report_tasks for i in range(k)}
         reported = [r for r in records if (r.task_key, r.trial) in wanted]
-        report = bench.report(reported, report_tasks, k, reports)
-        metrics = {**report.metrics, **run_metrics(reported, stats, embedded), **limiter_metrics(runtime.limiters)}
-        tracker.log_metrics(metrics)
-        for name, values in report.curves.items():
-            tracker.log_curve(name, values)
-        for f in report.files:
-            tracker.log_artifact(f)
+        report, metrics = log_results(tracker, bench, settings, cfg, reported, report_tasks, k, reports,
+                                      {**run_metrics(reported, stats, embedded), **limiter_metrics(runtime.limiters)})
         tracker.log_artifact(checkpoint.path)
-        tracker.log_text(report.text, "results_table.txt")
-        scores = bench.task_scores(reported, report_tasks, k)      # what a leaderboard's interval resamples
-        tracker.log_text(json.dumps(scores.to_json(), indent=1), SCORES_ARTIFACT)
-        tracker.set_tags({"ehrbench.results": "partial" if report.withheld else "complete"})
-        if report.withheld:
-            log.warning("results withheld: %s", report.withheld)
-        tracker.set_description(description(bench, settings, cfg, k, len(report_tasks), report.headline,
-                                            report.withheld))
         if stats.budget_stopped:
             import ray
 
@@ -470,7 +492,9 @@ def _hydra_main(cfg: DictConfig) -> None:
             run_suite(cfg, list(HydraConfig.get().overrides.task), evaluate,
                       lambda overrides: compose(config_name="config", overrides=overrides))
         else:
-            evaluate(cfg)
+            from hydra.core.hydra_config import HydraConfig
+
+            evaluate(cfg, overrides=list(HydraConfig.get().overrides.task))
     except TaskFileError as e:
         log.error("bad task file: %s", e)
         raise SystemExit(2) from None

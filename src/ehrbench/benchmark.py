@@ -193,6 +193,7 @@ class TrialSettings:
     grader_model: dict | None = None          # model-backed graders (rubrics), for benchmarks that have them
     limits: Limits = Limits()
     budget: dict | None = None                # `budget_usd`: {"run": ledger's run, "guesses": role -> $ a call}
+    replay: Any = None                        # a rescore: the trial's recorded calls (`llm.replay.Cassette`)
 
     def models(self) -> dict[str, dict]:
         """The model configs in use, by field (`agent_model`, ...): the start-up key check, the rate limiters."""
@@ -211,6 +212,12 @@ class TrialSettings:
                "reflection": self.verifier_model or self.user_model}[role]
         if cfg is None:
             raise ValueError(f"no model configured for the {role} role")
+        if self.replay is not None and role not in self.replay.ask:   # a rescore: answered from the record
+            from .llm.replay import ReplayModel
+            from .llm.usage import Price
+
+            return MeteredModel(ReplayModel(self.replay, role, cfg.get("provider", ""), cfg.get("model", "")),
+                                role, meter, Price())
         budget = None
         if self.budget:                      # `budget_usd`: every call asks the run's ledger first
             from .runtime.budget import Budget

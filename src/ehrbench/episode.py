@@ -103,9 +103,69 @@ async def _attempts(task, trial: int, hosts: Hosts, settings: TrialSettings, use
             record.validation = await episode.validate(record)
         record.usage = meter.by_role
         record.model_calls = [{**c, "t": round(c["t"] - record.started_at, 4)} for c in meter.calls]
+        record.exchanges = meter.exchanges
         if record.validation and record.validation.get("result") == USER_ERROR:
             record.termination, record.reward = Termination.REJECTED.value, None
             if record.validation.get("explanation"):       # the original keeps only explanations it was given
                 mistakes.append(str(record.validation["explanation"]))
             continue
         break
+
+
+async def replay_task_trial(task, original: TrialRecord, hosts: Hosts, settings: TrialSettings, users=None,
+                            ask: frozenset = frozenset(), mistakes: tuple[str, ...] = ()
+                            ) -> tuple[TrialRecord, str | None, int]:
+    """A finished trial scored again (`ehrbench-report rescore`): its final attempt re-run with every model call
+    answered from the record (`llm/replay.py`), the tools and the scripted parts re-run as they ran, then scored by
+    this run's scorer. (the rescored record, None, the model calls it made: those of the roles in `ask`) when the
+    re-run retraced the recorded transcript; (the original, why not, calls) when it did not: a score of a different
+    conversation would be a wrong score. `mistakes`: the validator's explanations the recorded attempt's user was
+    given (from the attempts rejected before it)."""
+    from dataclasses import replace
+
+    from .llm.replay import Cassette
+
+    bench = benchmarks.load(settings.benchmark, settings.benchmark_options)
+    cassette = Cassette(original.exchanges, frozenset(ask), check_prompts=not bench.resources().memory)
+    replayed = replace(settings, replay=cassette)
+    seed, meter = trial_seed(task.key, original.trial), UsageMeter()
+    episode = bench.episode(task, original.trial, hosts, replayed, meter, seed)
+    user = await (users or LocalUsers()).open(task, replayed, seed + original.rerun, list(mistakes)) \
+        if settings.user != "none" else None
+    if user is not None and (attach := getattr(episode.tools, "attach_user", None)) is not None:
+        attach(user)
+    try:
+        record = await run_trial(task.key, original.trial, episode.agent, user, episode.tools, episode.score,
+                                 settings.limits, opening=episode.opening, greeting=episode.greeting)
+    finally:
+        if (close := getattr(episode.tools, "close", None)) is not None:
+            await close()
+        if user is not None:
+            await user.close()
+    made = sum(row["calls"] for role, row in meter.by_role.items() if role in cassette.ask)
+    if cassette.misses:
+        return original, cassette.misses[0], made
+    if record.termination != original.termination:
+        return original, f"the re-run ended {record.termination}, the recorded trial {original.termination}" + (
+            f" ({record.error[:300]})" if record.error else ""), made
+    if (where := first_difference(original.messages, record.messages)) is not None:
+        return original, where, made
+    if left := cassette.unused():
+        return original, f"the re-run made {left} model calls fewer than the recorded trial", made
+    return replace(original, reward=record.reward, score_parts=record.score_parts, assessments=record.assessments,
+                   memory=record.memory), None, made
+
+
+def first_difference(recorded: list[dict], replayed: list[dict]) -> str | None:
+    """Where two transcripts part (their timings aside), or None."""
+    def content(m: dict) -> dict:
+        return {k: v for k, v in m.items() if k not in ("t", "dt", "provider_parts")}
+
+    for i, (a, b) in enumerate(zip(recorded, replayed)):
+        if content(a) != content(b):
+            field = next(k for k in sorted(set(content(a)) | set(content(b))) if a.get(k) != b.get(k))
+            return (f"message {i} ({a.get('role')}) differs in {field}: recorded {str(a.get(field))[:200]!r}, "
+                    f"re-run {str(b.get(field))[:200]!r}")
+    if len(recorded) != len(replayed):
+        return f"the recorded transcript has {len(recorded)} messages, the re-run {len(replayed)}"
+    return None

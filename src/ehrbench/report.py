@@ -3,6 +3,7 @@
     ehrbench-report [--experiment ehrchatqa] [--sweep DIR] [--runs ID ...]    # EHR-ChatQA runs by flow
     ehrbench-report leaderboard [--experiments ...] [--runs ID ...] [--parent RUN]
     ehrbench-report compare RUN_A RUN_B
+    ehrbench-report rescore RUN [benchmark.<option>=... grader=...] [--graders replay|ask]
 
 The first prints a table (model, user, trials; SR-k, Pass@k, Pass^k, Gap-k per flow; cost; valid, rejected and
 broken trials) and writes `comparison.csv` and `pass_hat_k.png` (Pass^k against k, one line per run) to `--out`.
@@ -10,6 +11,8 @@ broken trials) and writes `comparison.csv` and `pass_hat_k.png` (Pass^k against 
 interval over tasks; cost, tokens, wall time) from the latest finished run of each (benchmark, model), and writes
 `leaderboard.csv`, `leaderboard.md` and `leaderboard.png`. `compare` gives the difference of two runs of one
 benchmark on its headline metric, with a paired bootstrap interval and p-value over the tasks both scored.
+`rescore` scores a finished run again under changed scorer options from its recorded model calls, making none
+(`rescore.py`), into a new run linked to the old one.
 """
 from __future__ import annotations
 
@@ -117,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         return leaderboard_main(argv[1:])
     if argv[:1] == ["compare"]:
         return compare_main(argv[1:])
+    if argv[:1] == ["rescore"]:
+        from .rescore import main as rescore_main
+
+        return rescore_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tracking-uri", default=DEFAULT_URI)
     ap.add_argument("--experiment", default="ehrchatqa")

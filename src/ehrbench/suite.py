@@ -95,13 +95,18 @@ def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose) -> list:
     name = cfg.suite.name
     print(f"suite {name}: {len(children)} runs ({', '.join(sorted({b for b, _, _ in children}))} x "
           f"{', '.join(sorted({m for _, m, _ in children}))})")
+    from .estimate import merged, table
+
     if cfg.get("dry_run"):               # each child's estimate, then the suite's total; nothing runs or is logged
         lines = [line for _, _, o in children for line in evaluate(compose(o), parent_run_id=None).estimate]
-        from .estimate import merged, table
-
         print(table(merged(lines), f"suite {name}: estimate over {len(children)} runs, by model and role (dry run: "
                                    "nothing runs)"))
         return []
+    # every child's config checked and its cost estimated before the first model call of the first child
+    lines = [line for _, _, o in children for line in evaluate(compose(o), estimate_only=True).estimate]
+    if lines:
+        print(table(merged(lines), f"suite {name}: estimate over {len(children)} runs, by model and role, before "
+                                   "any model call"))
     parent = client = None
     results = []
     try:
@@ -115,7 +120,7 @@ def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose) -> list:
                 parent = _parent_run(client, suite_id, name)
                 client.log_text(parent, json.dumps(children, indent=1), "suite_plan.json")
             print(f"suite {name}: [{i}/{len(children)}] {bench} with {model}")
-            results.append(evaluate(child_cfg, parent_run_id=parent))
+            results.append(evaluate(child_cfg, parent_run_id=parent, overrides=child_overrides))
         runs = [client.get_run(r.run_id) for r in results]
         cells = leaderboard.collect(client, runs)
         reports = Path(results[0].reports_root) / f"suite-{parent}"

@@ -139,6 +139,7 @@ class TrialRecord:
     rerun: int = 0                                 # re-runs after the validator rejected the simulation
     usage: dict = field(default_factory=dict)      # role -> calls, tokens, cost_usd
     model_calls: list[dict] = field(default_factory=list)  # role, t, dt, tokens of each model call
+    exchanges: list[dict] = field(default_factory=list)    # each model call's request key and reply (a rescore's replay)
     validation: dict | None = None                 # the simulation validator's verdict, when one ran
     score_parts: dict = field(default_factory=dict)  # what the reward is made of (rubric leaves, F1 terms, ...)
     assessments: list[dict] = field(default_factory=list)  # graders' decisions: name, value, source, rationale

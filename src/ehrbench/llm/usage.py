@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..trial import InfrastructureError
 from .base import ChatModel, ChatRequest, ChatResponse, ModelTurnError, Usage
+from .replay import error_json, replay_key, response_json
 
 log = logging.getLogger(__name__)
 _WARNED_NO_USAGE: set[str] = set()
@@ -36,6 +37,7 @@ class UsageMeter:
     """
     by_role: dict[str, dict] = field(default_factory=dict)
     calls: list[dict] = field(default_factory=list)
+    exchanges: list[dict] = field(default_factory=list)   # each call's request key and response (`llm/replay.py`)
 
     def add(self, role: str, usage: Usage, price: Price, started: float | None = None, model: str = "",
             failed: bool = False) -> None:
@@ -69,6 +71,7 @@ class UsageMeter:
                 mine[key] = mine.get(key, 0) + value
         self.calls.extend(other.calls)
         self.calls.sort(key=lambda c: c["t"])
+        self.exchanges.extend(other.exchanges)
 
 
 @dataclass
@@ -84,15 +87,18 @@ class MeteredModel:
         key = f"{self.model.model}/{self.role}"
         reserved = await self.budget.reserve(key, self.role) if self.budget else 0.0
         started, usage = time.time(), Usage()
+        exchange = {"role": self.role, "key": replay_key(request)}
         try:
             response = await self.model.complete(request)
             usage = response.usage
         except (InfrastructureError, ModelTurnError) as e:     # what the failed call spent is still paid for
             usage = getattr(e, "usage", None) or Usage()
             self.meter.add(self.role, usage, self.price, started, self.model.model, failed=True)
+            self.meter.exchanges.append({**exchange, "error": error_json(e)})
             raise
         finally:
             if self.budget:
                 await self.budget.settle(key, reserved, self.price.cost(usage))
         self.meter.add(self.role, response.usage, self.price, started, self.model.model)
+        self.meter.exchanges.append({**exchange, "response": response_json(response)})
         return response

@@ -26,7 +26,7 @@ import ray
 from ..benchmark import Hosts, TrialSettings
 from ..db import open_database
 from ..db.sharding import split_by_patient
-from ..episode import Conversation, run_task_trial
+from ..episode import Conversation, replay_task_trial, run_task_trial
 from ..llm.usage import UsageMeter
 from ..retrieval.value_index import ValueIndex
 from ..trial import InfrastructureError, Turn, TrialRecord
@@ -318,6 +318,11 @@ class TrialWorker(Placed):
         for record in records:
             record.attempt = attempt
         return records
+
+    async def replay(self, task, record: TrialRecord, ask: frozenset, mistakes: tuple[str, ...]
+                     ) -> tuple[TrialRecord, str | None, int]:
+        """A finished trial scored again from its recorded model calls (`episode.replay_task_trial`)."""
+        return await replay_task_trial(task, record, self.hosts, self.settings, self.users, ask, mistakes)
 
 
 def start_value_index(cache_dir: str, name: str | None = None, embedder: dict | None = None,
