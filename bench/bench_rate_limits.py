@@ -2,6 +2,7 @@
 
     make bench-rate-limits                                  # two fake providers, 60 requests a minute each
     make bench-rate-limits ARGS="--rpm 120 --latency 0.5 --minutes 3"
+    make bench-rate-limits ARGS="--suite --rpm 90"          # the five benchmarks x two models, all at once
 
 Two providers on the project's loopback fake server (tests/fake_llm_server.py), each with a latency and a limit of
 `--rpm` requests per 60 s window past which it answers 429 with Retry-After: the agent's model (OpenAI protocol) and
@@ -48,7 +49,12 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.5, help="seconds each provider takes to answer")
     ap.add_argument("--concurrency", type=int, default=16, help="requests in flight per model (limits.concurrency)")
     ap.add_argument("--minutes", type=float, default=3.0, help="about how long the run lasts")
+    ap.add_argument("--suite", action="store_true",
+                    help="the five benchmarks side by side (suite=quick, models=[gpt-4o,gemini-2.0-flash], every "
+                         "child at once): each provider shared by five benchmarks' agents")
     args = ap.parse_args()
+    if args.suite:
+        return suite_main(args)
 
     server = FakeLLMServer(rpm={"gpt-4o": args.rpm, "gemini-2.0-flash": args.rpm})
     server.defaults = {"gpt-4o": Reply(text="Here is what I found so far.", delay_s=args.latency),
@@ -93,6 +99,59 @@ def main() -> None:
     waits = {k: round(v, 2) for k, v in m.items() if "limiter" in k or "rate_limit" in k}
     if waits:
         print(json.dumps(waits, indent=1))
+
+
+def suite_main(args) -> None:
+    """Part 4 of the suite issue: one suite, the five benchmarks x two models all at once on one cluster; the agent
+    of every child of a model shares that model's provider and its one cluster-wide limiter (the judges and users
+    are the benchmarks' offline ones, so the two providers carry the agents alone)."""
+    import mlflow
+
+    from ehrbench.benchmarks.clinsql.authoring import main as write_clinsql_tasks
+
+    models = ("gpt-4o", "gemini-2.0-flash")
+    server = FakeLLMServer(rpm={m: args.rpm for m in models})
+    server.defaults = {m: Reply(text="I could not find that in the records.", delay_s=args.latency) for m in models}
+    server.start()
+    work = Path(tempfile.mkdtemp(prefix="bench-rate-limits-suite-"))
+    write_clinsql_tasks(["--out", str(work / "clinsql"), "--scale", "2", "--per-cell", "1"])
+    cmd = [sys.executable, "-m", "ehrbench", "suite=quick", f"models=[{','.join(models)}]", "suite.concurrent_runs=10",
+           f"++model.base_url={server.url}", f"++model.limits.per_minute={args.rpm}",
+           f"++model.limits.concurrency={args.concurrency}", "data.dictionary=used",
+           f"suite.benchmarks.clinsql=['benchmark.task_dir={work / 'clinsql'}','data.scale=2',"
+           "'benchmark.grading=offline']",
+           "suite.benchmarks.physassist=['benchmark.grading=rules']",
+           "suite.benchmarks.ehragent=['benchmark.databases=[ehrsql_mimic_iii]']",
+           "suite.benchmarks.agentehr=['benchmark.max_turns=4','benchmark.tasks=[transfers]',"
+           "'benchmark.mimic_iii=false','benchmark.patient_shards=1']",
+           f"tracking.root={work / 'mlruns'}", f"hydra.run.dir={work / 'out'}"]
+    env = {**os.environ, "OPENAI_API_KEY": "sk-bench-not-a-secret", "GEMINI_API_KEY": "bench-key",
+           "HF_HUB_OFFLINE": "1"}
+    started = time.monotonic()
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    wall = time.monotonic() - started
+    server.stop()
+    if out.returncode != 0:
+        print(out.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(out.returncode)
+    mlflow.set_tracking_uri(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["ehrchatqa", "ehragent", "agentehr", "clinsql", "physassist"],
+                              output_format="list")
+    ideal = min(60.0 * args.concurrency / args.latency, args.rpm)
+    print(f"suite: {len(runs)} runs side by side in {wall:.0f} s; limit {args.rpm} requests per minute per provider, "
+          f"latency {args.latency} s, concurrency {args.concurrency} (ideal: {ideal:.0f} per minute)")
+    print(f"{'provider':<18}{'answered':>10}{'per min (steady)':>18}{'of ideal':>10}{'429s sent':>11}"
+          f"{'benchmarks':>12}")
+    for model in models:
+        ok = [t for t, mdl, status in server.served if mdl == model and status == 200]
+        refused = sum(1 for _, mdl, status in server.served if mdl == model and status == 429)
+        rate = steady_rate(ok)
+        sharing = sum(1 for r in runs if r.data.params.get("model.name") == model)
+        print(f"{model:<18}{len(ok):>10}{rate:>18.1f}{100 * rate / ideal:>9.1f}%{refused:>11}{sharing:>12}")
+    lost = sum(r.data.metrics.get("trial_resubmissions", 0) + r.data.metrics.get("trials_infra_errors", 0)
+               for r in runs)
+    print(f"trials that lost an attempt (re-submitted or failed on infrastructure), all runs: {lost:.0f}; "
+          f"valid trials: {sum(r.data.metrics.get('trials_valid', 0) for r in runs):.0f}")
 
 
 if __name__ == "__main__":

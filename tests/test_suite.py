@@ -87,6 +87,8 @@ def test_a_suite_of_five_benchmarks_and_two_models_runs_in_one_command_and_resum
     assert len(children) == 10 and all(c.data.tags["mlflow.parentRunId"] == parent.info.run_id for c in children)
     assert {(c.data.params["benchmark.name"], c.data.params["model.name"]) for c in children} == \
         {(b, m) for b in benchmarks for m in ("gpt-4o", "o4-mini")}
+    spans = sorted((c.info.start_time, c.info.end_time) for c in children if "ehrbench.resumed" not in c.data.tags)
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))   # side by side (2 at once)
     for child in children:                        # every trial once: the killed child went on where it stopped
         path = mlflow.artifacts.download_artifacts(f"runs:/{child.info.run_id}/records.jsonl",
                                                    dst_path=str(tmp_path / child.info.run_id))

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,13 @@ log = logging.getLogger("ehrbench")
 # conf/ sits at the repository root (product layout). An absolute path makes Hydra read it as a folder from any entry
 # point (`python -m ehrbench`, `jobs/evaluate.py`, a Ray job's working dir); EHRBENCH_CONF_DIR points elsewhere.
 CONF_DIR = os.environ.get("EHRBENCH_CONF_DIR") or str(Path(__file__).resolve().parents[2] / "conf")
+
+
+# A suite runs its children side by side in threads of one driver (`suite.concurrent_runs`): the steps that start
+# things (Ray, databases built once per file, value indexes, the MLflow run's experiment) take turns under this lock;
+# only the trials run together. `STOP` stops every child, since a signal reaches only the main thread.
+SETUP_LOCK = threading.RLock()
+STOP = threading.Event()
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -369,48 +377,49 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
     from .runtime.rate_limits import limiter_metrics
     from .runtime.runner import node_count, placement, release, run_trials
 
-    params = OmegaConf.to_container(cfg, resolve=True)
-    conf = validate(params, absolute=to_absolute_path)                               # 1. config, benchmark
-    bench = load_benchmark(conf)
-    settings = trial_settings(cfg, conf, bench)
-    all_tasks = bench.tasks()                        # read now: a bad task file stops the run before any work
-    lines = print_estimate(bench, settings, cfg, conf, len(select_tasks(all_tasks, conf.run.limit_tasks)),
-                           quiet=estimate_only)
-    if conf.run.dry_run or estimate_only:            # no key needed to know what a run would cost
-        return Evaluated(None, str(Path(conf.tracking.root) / "reports"), {}, lines)
-    check_models(settings)
-    resources = bench.resources()
-    connect_ray(conf, bench)
-    paths = prepare_databases(resources, conf)                                       # 2. databases
-    all_tasks = bench.resolve_tasks(all_tasks, paths)
-    digest = task_digest(all_tasks)
-    identity = run_identity(params, digest)
-    tasks = select_tasks(all_tasks, conf.run.limit_tasks)
-    ledger = None
-    if conf.run.budget_usd:                     # every model call asks this ledger first, across the cluster
-        from dataclasses import replace as with_fields
+    with SETUP_LOCK:           # a suite's children start one at a time (see SETUP_LOCK); their trials run together
+        params = OmegaConf.to_container(cfg, resolve=True)
+        conf = validate(params, absolute=to_absolute_path)                               # 1. config, benchmark
+        bench = load_benchmark(conf)
+        settings = trial_settings(cfg, conf, bench)
+        all_tasks = bench.tasks()                        # read now: a bad task file stops the run before any work
+        lines = print_estimate(bench, settings, cfg, conf, len(select_tasks(all_tasks, conf.run.limit_tasks)),
+                               quiet=estimate_only)
+        if conf.run.dry_run or estimate_only:            # no key needed to know what a run would cost
+            return Evaluated(None, str(Path(conf.tracking.root) / "reports"), {}, lines)
+        check_models(settings)
+        resources = bench.resources()
+        connect_ray(conf, bench)
+        paths = prepare_databases(resources, conf)                                       # 2. databases
+        all_tasks = bench.resolve_tasks(all_tasks, paths)
+        digest = task_digest(all_tasks)
+        identity = run_identity(params, digest)
+        tasks = select_tasks(all_tasks, conf.run.limit_tasks)
+        ledger = None
+        if conf.run.budget_usd:                     # every model call asks this ledger first, across the cluster
+            from dataclasses import replace as with_fields
 
-        from .runtime.budget import start_ledger
+            from .runtime.budget import start_ledger
 
-        ledger = start_ledger(identity, conf.run.budget_usd)
-        settings = with_fields(settings, budget={"run": identity, "guesses": {
-            line.role: line.cost_usd / line.calls for line in lines if line.calls}})
-    runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings,  # 3. runtime
-                                                       bench.index_values(all_tasks), identity, len(tasks))
+            ledger = start_ledger(identity, conf.run.budget_usd)
+            settings = with_fields(settings, budget={"run": identity, "guesses": {
+                line.role: line.cost_usd / line.calls for line in lines if line.calls}})
+        runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings,  # 3. runtime
+                                                           bench.index_values(all_tasks), identity, len(tasks))
 
-    run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
-    checkpoint = open_checkpoint(Path(conf.tracking.root) / "runs" / identity, conf.run.resume)   # 4. run
-    records: list[TrialRecord] = checkpoint.load()
-    done = checkpoint.finished(records)
-    if done:
-        log.info("resuming run %s: %d trials already finished", identity, len(done))
-    tracker, store_uri = open_tracker(conf, params, run_name, checkpoint, identity)
-    if parent_run_id:
-        tracker.set_tags({"mlflow.parentRunId": parent_run_id})
-    if tracker.resumed and tracker.traces_during_trials and (missing := tracker.log_missing_traces(records)):
-        log.info("resuming: %d checkpointed trials had no trace yet; writing them", missing)
-    reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
-    fill_memory(runtime.memory, records)          # a resumed run's shared memory, as its finished trials left it
+        run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
+        checkpoint = open_checkpoint(Path(conf.tracking.root) / "runs" / identity, conf.run.resume)   # 4. run
+        records: list[TrialRecord] = checkpoint.load()
+        done = checkpoint.finished(records)
+        if done:
+            log.info("resuming run %s: %d trials already finished", identity, len(done))
+        tracker, store_uri = open_tracker(conf, params, run_name, checkpoint, identity)
+        if parent_run_id:
+            tracker.set_tags({"mlflow.parentRunId": parent_run_id})
+        if tracker.resumed and tracker.traces_during_trials and (missing := tracker.log_missing_traces(records)):
+            log.info("resuming: %d checkpointed trials had no trace yet; writing them", missing)
+        reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
+        fill_memory(runtime.memory, records)          # a resumed run's shared memory, as its finished trials left it
 
     def on_record(record: TrialRecord) -> None:
         checkpoint.append(record)  # on disk first: a crash after this line loses nothing
@@ -421,7 +430,8 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
     def interrupted(signum, frame):
         raise RunInterrupted(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, interrupted)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, interrupted) if main_thread else None
     try:
         describe_inputs(tracker, bench, tasks, digest, reports)
         if overrides is not None:
@@ -436,7 +446,7 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
             tracker.set_tags({"ehrbench.contract": contract[0], "ehrbench.departures": "; ".join(contract[1])})
         stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
                            max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,
-                           skip=done, chains=bench.schedule(tasks, conf.run.trials))
+                           skip=done, chains=bench.schedule(tasks, conf.run.trials), stopped=STOP.is_set)
         tracker.log_text(json.dumps(placement(runtime), indent=2), "placement_end.json")   # after any node loss
         if deferred := tracker.log_deferred_traces(records):
             log.info("trials done; writing their %d traces", deferred)
@@ -444,8 +454,9 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
         report_tasks = [t for t in all_tasks if t.key in set(keys)]
         wanted = {(t.key, i) for t in report_tasks for i in range(k)}
         reported = [r for r in records if (r.task_key, r.trial) in wanted]
-        report, metrics = log_results(tracker, bench, settings, cfg, reported, report_tasks, k, reports,
-                                      {**run_metrics(reported, stats, embedded), **limiter_metrics(runtime.limiters)})
+        with SETUP_LOCK:              # plots are drawn with pyplot, which one thread at a time may use
+            report, metrics = log_results(tracker, bench, settings, cfg, reported, report_tasks, k, reports, {
+                **run_metrics(reported, stats, embedded), **limiter_metrics(runtime.limiters)})
         tracker.log_artifact(checkpoint.path)
         if stats.budget_stopped:
             import ray
@@ -467,7 +478,8 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
         tracker.finish(status="FAILED")
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         release(runtime)
         if ledger is not None:
             import ray
@@ -490,7 +502,7 @@ def _hydra_main(cfg: DictConfig) -> None:
             from .suite import run_suite
 
             run_suite(cfg, list(HydraConfig.get().overrides.task), evaluate,
-                      lambda overrides: compose(config_name="config", overrides=overrides))
+                      lambda overrides: compose(config_name="config", overrides=overrides), STOP)
         else:
             from hydra.core.hydra_config import HydraConfig
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
 
 from .llm.usage import MeteredModel, UsageMeter
+from .reports import Report, TaskScores  # noqa: F401 - part of the seam: benchmarks import them from here
 from .trial import Agent, Limits, Scorer, Tools, TrialRecord, User
 
 
@@ -145,33 +146,6 @@ class Episode:
     validate: Callable[[TrialRecord], Awaitable[dict]] | None = None   # the simulation validator's verdict
 
 
-@dataclass
-class Report:
-    """A benchmark's results: the table printed and logged, metrics, curves (metric over k) and files."""
-    text: str
-    metrics: dict[str, float]
-    headline: dict[str, float] = field(default_factory=dict)     # a few numbers for the run's description
-    curves: dict[str, list[float]] = field(default_factory=dict)
-    files: list[Path] = field(default_factory=list)
-    withheld: str | None = None          # why the headline figures are withheld (the run is not complete yet)
-
-
-@dataclass(frozen=True)
-class TaskScores:
-    """Each task's score (x100) on the run's headline metric, the mean of which over tasks (over groups of tasks,
-    where `groups` names them) is that metric: what a leaderboard's interval and a paired comparison resample."""
-    metric: str                                # the paper's name (`SR-5`, `mRS`, `F1`, ...)
-    scores: dict[str, float]                   # task key -> score
-    groups: dict[str, str] | None = None       # task key -> group, where the metric is a mean of group means
-
-    def to_json(self) -> dict:
-        return {"metric": self.metric, "scores": self.scores, "groups": self.groups}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "TaskScores":
-        return cls(data["metric"], {k: float(v) for k, v in data["scores"].items()}, data.get("groups"))
-
-
 @dataclass(frozen=True)
 class TrialSettings:
     """Everything a trial needs besides the task, as plain data so it travels to Ray workers."""
@@ -220,9 +194,9 @@ class TrialSettings:
                                 role, meter, Price())
         budget = None
         if self.budget:                      # `budget_usd`: every call asks the run's ledger first
-            from .runtime.budget import Budget
+            from .llm.usage import spending_cap
 
-            budget = Budget(self.budget["run"], self.budget["guesses"])
+            budget = spending_cap(self.budget["run"], self.budget["guesses"])
         return MeteredModel(build_model(cfg), role, meter, price_of(cfg), budget)
 
     def with_options(self, **options) -> "TrialSettings":

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .benchmark import TaskScores
+from .reports import TaskScores
 from .stats import Comparison, Interval, bootstrap_interval, paired_comparison
 
 SCORES_ARTIFACT = "task_scores.json"

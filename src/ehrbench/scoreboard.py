@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
-from .benchmark import Report
+from .reports import Report
 from .metrics import curve, summarize
 from .trial import TrialRecord
 

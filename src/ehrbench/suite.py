@@ -6,7 +6,9 @@ the first task of every finest report group, 2 trials). For every (entry, model)
 config exactly as `python -m ehrbench benchmark=<b> model=<m> <entry overrides> <the command's other overrides>`
 would, and runs it with `evaluate` in this process, on this Ray cluster: the child run is the very run that command
 logs (same identity), so a suite killed mid-way continues child by child and trial by trial, and reuses a run that
-finished alone. Children run one after another, so two benchmarks never share a provider's rate limit at once.
+finished alone. `suite.concurrent_runs` children run side by side, in threads of this one driver: their trials
+share its Ray cluster and its rate limiter actors, one per model, so two benchmarks on one model never pass its
+limit together (their set-up steps take turns, `__main__.SETUP_LOCK`).
 
 The parent run (experiment `suite`, found again by the suite's identity: its entries, models and overrides) is
 tagged on each child (`mlflow.parentRunId`) and holds the leaderboard over them (`leaderboard.py`): the table
@@ -18,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import signal
+import threading
 from pathlib import Path
 
 import mlflow
@@ -66,8 +70,9 @@ def plan(cfg: DictConfig, overrides: list[str]) -> list[tuple[str, str, list[str
 
 
 def identity(cfg: DictConfig, children: list) -> str:
-    payload = json.dumps({"suite": OmegaConf.to_container(cfg.suite, resolve=True), "children": children},
-                         sort_keys=True, default=str)
+    """The suite's entries, models and overrides (not how many of its runs go at once)."""
+    suite = {k: v for k, v in OmegaConf.to_container(cfg.suite, resolve=True).items() if k != "concurrent_runs"}
+    payload = json.dumps({"suite": suite, "children": children}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -85,9 +90,10 @@ def _parent_run(client, suite_id: str, name: str) -> str:
     return run.info.run_id
 
 
-def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose) -> list:
-    """Every child in turn under one parent run, then the leaderboard on the parent. `evaluate(child_cfg,
-    parent_run_id)` runs one child (the main job's); `compose(overrides)` builds its config as the command would."""
+def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose, stop: threading.Event | None = None) -> list:
+    """Every child under one parent run, `suite.concurrent_runs` at a time, then the leaderboard on the parent.
+    `evaluate(child_cfg, parent_run_id, overrides)` runs one child (the main job's); `compose(overrides)` builds its
+    config as the command would; `stop`, once set, stops every child running (their runs KILLED, resumable)."""
     from . import leaderboard
 
     children = plan(cfg, overrides)
@@ -107,20 +113,26 @@ def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose) -> list:
     if lines:
         print(table(merged(lines), f"suite {name}: estimate over {len(children)} runs, by model and role, before "
                                    "any model call"))
-    parent = client = None
-    results = []
+    configs = [compose(o) for _, _, o in children]
+    conf = validate(OmegaConf.to_container(configs[0], resolve=True))    # the children's store, as they name it
+    uri = conf.tracking.uri or local_store(conf.tracking.root)[0]
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient(uri)
+    parent = _parent_run(client, suite_id, name)
+    client.log_text(parent, json.dumps(children, indent=1), "suite_plan.json")
+    stop = stop or threading.Event()
+    at_once = max(1, int(cfg.suite.get("concurrent_runs") or 1))
+
+    def child(i: int):
+        bench, model, child_overrides = children[i]
+        print(f"suite {name}: [{i + 1}/{len(children)}] {bench} with {model}")
+        return evaluate(configs[i], parent_run_id=parent, overrides=child_overrides)
+
     try:
-        for i, (bench, model, child_overrides) in enumerate(children, 1):
-            child_cfg = compose(child_overrides)
-            if parent is None:        # the children's store, as the first child's config names it
-                conf = validate(OmegaConf.to_container(child_cfg, resolve=True))
-                uri = conf.tracking.uri or local_store(conf.tracking.root)[0]
-                mlflow.set_tracking_uri(uri)
-                client = mlflow.MlflowClient(uri)
-                parent = _parent_run(client, suite_id, name)
-                client.log_text(parent, json.dumps(children, indent=1), "suite_plan.json")
-            print(f"suite {name}: [{i}/{len(children)}] {bench} with {model}")
-            results.append(evaluate(child_cfg, parent_run_id=parent, overrides=child_overrides))
+        if at_once == 1:
+            results = [child(i) for i in range(len(children))]
+        else:
+            results = _side_by_side(child, len(children), at_once, stop)
         runs = [client.get_run(r.run_id) for r in results]
         cells = leaderboard.collect(client, runs)
         reports = Path(results[0].reports_root) / f"suite-{parent}"
@@ -135,7 +147,45 @@ def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose) -> list:
         print(f"suite {name}: parent run {parent} ({len(cells)} leaderboard cells)")
         return results
     except BaseException as e:       # a child stopped by a signal exits 130: the suite was killed, not failed
-        if parent:
-            killed = isinstance(e, KeyboardInterrupt) or (isinstance(e, SystemExit) and e.code == 130)
-            client.set_terminated(parent, "KILLED" if killed else "FAILED")
+        killed = isinstance(e, KeyboardInterrupt) or (isinstance(e, SystemExit) and e.code == 130)
+        client.set_terminated(parent, "KILLED" if killed else "FAILED")
         raise
+
+
+def _side_by_side(child, n: int, at_once: int, stop: threading.Event) -> list:
+    """Children 0..n-1, `at_once` at a time in threads of this driver (their trials share its Ray cluster and its
+    rate limiters). A SIGTERM or Ctrl-C reaches this thread only: it sets `stop`, which every running child reads
+    between its trials (each ends KILLED, resumable); a child that fails stops the others the same way. Results in
+    plan order."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    pool = ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="ehrbench-suite")
+    futures = {pool.submit(child, i): i for i in range(n)}
+    failure: BaseException | None = None
+    try:
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for f in done:
+                if f.exception() is not None and failure is None:
+                    failure = f.exception()
+                    stop.set()
+                    for g in pending:
+                        g.cancel()           # children not started yet never start
+    except KeyboardInterrupt as e:
+        failure = failure or e
+        stop.set()
+        for g in futures:
+            g.cancel()
+    finally:
+        pool.shutdown(wait=True)            # the running children stop at their next trial boundary
+        signal.signal(signal.SIGTERM, previous)
+    if failure is not None:
+        if isinstance(failure, KeyboardInterrupt) or (isinstance(failure, SystemExit) and failure.code == 130):
+            raise SystemExit(130)
+        raise failure
+    return [f.result() for f in sorted(futures, key=futures.get)]

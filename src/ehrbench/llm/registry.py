@@ -2,19 +2,29 @@
 
 Clients are cached per event loop by their config, so every trial a worker runs shares one connection pool per
 model (async HTTP clients belong to the loop that made them). A config whose `limits.cluster_actor` names a
-`RateLimiterActor` (set by the runtime on a Ray cluster) draws on that cluster-wide budget; otherwise the budget is
-this process's own.
+`RateLimiterActor` (set by the runtime on a Ray cluster) draws on that cluster-wide budget, through the limiter the
+runtime supplies (`use_shared_limiters`); otherwise the budget is this process's own.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import weakref
+from typing import Callable
 
 from .base import ChatModel, ConfigurationError, RateLimiter, RetryPolicy
 from .usage import Price
 
 _CLIENTS: "weakref.WeakKeyDictionary[object, dict[str, ChatModel]]" = weakref.WeakKeyDictionary()
+_SHARED_LIMITER: "Callable[[str], RateLimiter] | None" = None
+
+
+def use_shared_limiters(factory: "Callable[[str], RateLimiter]") -> None:
+    """Where a runtime shares rate limits (the Ray cluster's limiter actors, `runtime/rate_limits.py`), it supplies
+    the client side here: `factory(name)` gives the limiter a config's `limits.cluster_actor` names. The model layer
+    so never reaches up into the runtime."""
+    global _SHARED_LIMITER
+    _SHARED_LIMITER = factory
 _CLIENTS_OUTSIDE_LOOPS: dict[str, ChatModel] = {}
 
 
@@ -23,9 +33,11 @@ def _create(cfg: dict) -> ChatModel:
     retry = RetryPolicy(**cfg.get("retry", {}))
     limits = cfg.get("limits", {})
     if limits.get("cluster_actor"):
-        from ..runtime.rate_limits import ClusterRateLimiter
-
-        limiter = ClusterRateLimiter(limits["cluster_actor"])
+        if _SHARED_LIMITER is None:
+            raise ConfigurationError(f"model {cfg.get('name')}: limits.cluster_actor={limits['cluster_actor']!r} "
+                                     "names a cluster-wide limiter, but no runtime supplies one in this process "
+                                     "(import ehrbench.runtime first, or leave cluster_actor out)")
+        limiter = _SHARED_LIMITER(limits["cluster_actor"])
     else:
         limiter = RateLimiter(limits.get("concurrency", 8), limits.get("per_minute"))
     common = {"retry": retry, "limiter": limiter,

@@ -74,6 +74,23 @@ class UsageMeter:
         self.exchanges.extend(other.exchanges)
 
 
+_SPENDING_CAP = None
+
+
+def use_spending_caps(factory) -> None:
+    """Where a runtime holds a run's spending cap (`budget_usd`: the cluster's ledger actor, `runtime/budget.py`), it
+    supplies the client side here: `factory(run, guesses)` gives what `MeteredModel.budget` asks before each call."""
+    global _SPENDING_CAP
+    _SPENDING_CAP = factory
+
+
+def spending_cap(run: str, guesses: dict[str, float]):
+    if _SPENDING_CAP is None:
+        raise RuntimeError("budget_usd is set but no runtime supplies the ledger in this process (import "
+                           "ehrbench.runtime first)")
+    return _SPENDING_CAP(run, guesses)
+
+
 @dataclass
 class MeteredModel:
     """A model as one role sees it: its calls are charged to that role in the trial's meter."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ray
 
+from ..llm.usage import use_spending_caps
 from ..trial import InfrastructureError
 
 
@@ -77,3 +78,6 @@ class Budget:
 
     async def settle(self, key: str, reserved: float, cost: float) -> None:
         await self._handle().settle.remote(key, reserved, cost)
+
+
+use_spending_caps(Budget)      # model clients in any process of the runtime ask this run's ledger

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import ray
 
+from ..llm.registry import use_shared_limiters
 from .actors import Placed
 
 
@@ -112,6 +113,9 @@ class ClusterRateLimiter:
             yield
         finally:
             await self._handle().release.remote(lease)
+
+
+use_shared_limiters(ClusterRateLimiter)     # model clients built in any process of the runtime draw on these
 
 
 def limiter_name(cfg: dict) -> str:

@@ -162,9 +162,12 @@ class RunStats:
 
 def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[TrialRecord], None],
                max_in_flight: int = 256, max_attempts: int = 3, skip: set[tuple[str, int]] = frozenset(),
-               progress: bool = True, chains: list[list[tuple]] | None = None) -> RunStats:
+               progress: bool = True, chains: list[list[tuple]] | None = None,
+               stopped: Callable[[], bool] | None = None) -> RunStats:
     """Every (task, trial) not in `skip`. `chains` (the benchmark's `schedule`): sequences whose trials run one at a
-    time in order, the next submitted once the one before has its final record (on_record has returned)."""
+    time in order, the next submitted once the one before has its final record (on_record has returned).
+    `stopped()` true (a suite's run stopped from another thread, where no signal reaches): KeyboardInterrupt, as a
+    Ctrl-C would raise, so the run stops the same way."""
     chains = chains if chains is not None else [[(t, i)] for t in tasks for i in range(trials)]
     pending = [deque((t, i) for t, i in chain if (t.key, i) not in skip) for chain in chains]
     pending = [chain for chain in pending if chain]
@@ -179,6 +182,9 @@ def run_trials(tasks: list, trials: int, workers: list, on_record: Callable[[Tri
     strikes = [0] * len(workers)
     bar = tqdm(total=len(queue) + sum(map(len, pending)), desc="trials", unit="trial", disable=not progress)
     while queue or in_flight:
+        if stopped is not None and stopped():
+            bar.close()
+            raise KeyboardInterrupt("the suite was stopped")
         while queue and len(in_flight) < max_in_flight:
             now = time.monotonic()
             up = [w for w in range(len(workers)) if down_until[w] <= now and (strikes[w] == 0 or load[w] == 0)]
