@@ -43,7 +43,7 @@ def build(scale: float, folder: Path) -> tuple[Path, float, float]:
 
 def main() -> None:
     from ehrbench.benchmarks.clinsql.dialect import bigquery_to_duckdb
-    from ehrbench.benchmarks.clinsql.grading import Candidate, original_prompt
+    from ehrbench.benchmarks.clinsql.scoring import Candidate, original_prompt
     from ehrbench.benchmarks.clinsql.tasks import csv_text, load_tasks
     from ehrbench.db import open_database
 

@@ -46,7 +46,7 @@ def number(text: str) -> float | None:
 
 
 def describe(folder: Path) -> dict:
-    from ehrbench.benchmarks.clinsql.grading import RANGE, Candidate, ResultsChecker
+    from ehrbench.benchmarks.clinsql.scoring import RANGE, Candidate, ResultsChecker
     from ehrbench.benchmarks.clinsql.tasks import load_tasks
 
     tasks = load_tasks(folder)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ehrbench.benchmarks.physassist.fhir import WRITES
 from ehrbench.benchmarks.physassist.rule_checker import CONTROL
-from ehrbench.benchmarks.physassist.sessions import SHORT
+from ehrbench.benchmarks.physassist.tasks import SHORT
 
 
 def sessions_in(where: Path) -> list[dict]:

@@ -16,7 +16,7 @@ import pytest
 from ehrbench.benchmark import TaskFileError
 from ehrbench.benchmarks.clinsql import rubric
 from ehrbench.benchmarks.clinsql.agent import ClinSqlAgent
-from ehrbench.benchmarks.clinsql.grading import (Candidate, LlmGrader, ResultsChecker, offline_sql_decisions,
+from ehrbench.benchmarks.clinsql.scoring import (Candidate, LlmGrader, ResultsChecker, offline_sql_decisions,
                                                  parents, read_verdict, sql_equivalent)
 from ehrbench.benchmarks.clinsql.prompts import clean_sql_response
 from ehrbench.benchmarks.clinsql.tasks import DIFFICULTIES, SCENARIOS, load_task, load_tasks
@@ -276,7 +276,7 @@ def _offline_episode(small_world, task):
 
 
 def _range(requirement):
-    from ehrbench.benchmarks.clinsql.grading import RANGE
+    from ehrbench.benchmarks.clinsql.scoring import RANGE
 
     return sorted(float(x.replace(",", "")) for x in RANGE.search(requirement).groups())
 
@@ -382,7 +382,7 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
     failing query, one refinement that runs, then the judge on every leaf, SQL and results, each asked exactly as
     the authors' scorer asks it (`original_prompt`), at temperature 0.2; one reply it cannot read scores as the
     original reads it (a "1" in it: a pass), never asked again."""
-    from ehrbench.benchmarks.clinsql.grading import Candidate, original_prompt
+    from ehrbench.benchmarks.clinsql.scoring import Candidate, original_prompt
     from ehrbench.benchmarks.clinsql.tasks import csv_text
 
     from .fake_llm_server import FakeLLMServer, Reply
@@ -449,7 +449,7 @@ def _csv_candidate(sql: str, text: str) -> Candidate:
     import csv
     import io
 
-    from ehrbench.benchmarks.clinsql.grading import NULL_CSV
+    from ehrbench.benchmarks.clinsql.scoring import NULL_CSV
 
     if text.replace("\r\n", "\n") == NULL_CSV:
         return Candidate(sql, False, error="failed")
@@ -464,7 +464,7 @@ def test_the_judge_is_asked_exactly_as_the_authors_scorer_asks(case):
     floats, non-ASCII escaped), the one-column null CSV for a failed query, the gold parts when gold files exist."""
     import pandas
 
-    from ehrbench.benchmarks.clinsql.grading import original_prompt
+    from ehrbench.benchmarks.clinsql.scoring import original_prompt
     from ehrbench.benchmarks.clinsql.rubric import Node
 
     files = case["files"]
@@ -480,7 +480,7 @@ def test_the_judge_is_asked_exactly_as_the_authors_scorer_asks(case):
 
 @pytest.mark.parametrize("case", JUDGE["replies"], ids=lambda c: repr(c["reply"])[:40])
 def test_the_judge_s_reply_is_read_as_the_authors_scorer_reads_it(case):
-    from ehrbench.benchmarks.clinsql.grading import parse_original
+    from ehrbench.benchmarks.clinsql.scoring import parse_original
 
     assert parse_original(case["reply"]) == (case["score"], case["explanation"])
 

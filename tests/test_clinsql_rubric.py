@@ -75,7 +75,7 @@ def test_the_published_scores_come_back_through_the_grading_with_the_judge_repla
     import io
 
     from ehrbench.benchmarks.clinsql.benchmark import Grading, grade, score_candidate
-    from ehrbench.benchmarks.clinsql.grading import NULL_CSV, Candidate, Decision, judge_rows
+    from ehrbench.benchmarks.clinsql.scoring import NULL_CSV, Candidate, Decision, judge_rows
     from ehrbench.benchmarks.clinsql.tasks import Task
 
     class Replay:

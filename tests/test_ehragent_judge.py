@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ehrbench.benchmarks.ehragent.judge import compatibility, gold_text, strict
+from ehrbench.benchmarks.ehragent.scoring import compatibility, gold_text, strict
 
 CASES = json.loads((Path(__file__).parent / "fixtures" / "ehragent_judge_cases.json").read_text())
 

@@ -12,7 +12,7 @@ import pytest
 from ehrbench.agents.code_sandbox import CellLimits
 from ehrbench.benchmarks.ehragent.agent import EhrAgent, Memory
 from ehrbench.benchmarks.ehragent.benchmark import score
-from ehrbench.benchmarks.ehragent.judge import original_log
+from ehrbench.benchmarks.ehragent.scoring import original_log
 from ehrbench.benchmarks.ehragent.prompts import initial_memory
 from ehrbench.benchmarks.ehragent.tasks import Task
 from ehrbench.benchmarks.ehragent.tools import CodeInterface

@@ -287,7 +287,7 @@ def _gold(task) -> str:
 def _digits(task) -> str:
     """The gold value as the rule compares it (number words as digits, as the original's table maps them: an answer
     "one days" does not hold the gold "1"; "1 days" does)."""
-    from ehrbench.benchmarks.ehrchatqa.scorer import gold_answers
+    from ehrbench.benchmarks.ehrchatqa.scoring import gold_answers
 
     return gold_answers(task.gold_answer)[0]
 

@@ -25,9 +25,9 @@ from ehrbench.benchmarks.physassist import authoring
 from ehrbench.benchmarks.physassist.agent import NUDGES, PhysAssistAgent
 from ehrbench.benchmarks.physassist.benchmark import prompts
 from ehrbench.benchmarks.physassist.fhir import run_search
-from ehrbench.benchmarks.physassist.grading import TurnWork, read_verdict, rule_grade, turn_score
+from ehrbench.benchmarks.physassist.scoring import TurnWork, read_verdict, rule_grade, turn_score
 from ehrbench.benchmarks.physassist.patient import NOT_SURE, PatientFacts, ReplayedPatient
-from ehrbench.benchmarks.physassist.sessions import load_sessions
+from ehrbench.benchmarks.physassist.tasks import load_sessions
 from ehrbench.benchmarks.physassist.tools import FhirRecords, SessionTools
 from ehrbench.llm.base import ChatResponse
 from ehrbench.runtime.hosts import InProcess
@@ -263,7 +263,7 @@ def test_the_code_s_judge_goes_out_as_its_code_sends_it_through_the_openai_clien
     Responses adapter drops it), 4,000 output tokens, 2,000 on a write turn."""
     import yaml
 
-    from ehrbench.benchmarks.physassist.grading import Judge
+    from ehrbench.benchmarks.physassist.scoring import Judge
     from ehrbench.llm.registry import build_model
     from ehrbench.llm.usage import MeteredModel, UsageMeter
 
@@ -632,7 +632,7 @@ def test_the_shipped_sessions_gather_from_several_sources_as_the_original_s():
 def test_the_rule_grader_passes_the_gold_of_every_shipped_turn():
     """Each shipped turn's gold answer and gold writes pass every item the rule grader can read (a gold answer that
     recommends what its own safety item forbids, say, would fail here)."""
-    from ehrbench.benchmarks.physassist.grading import TurnWork
+    from ehrbench.benchmarks.physassist.scoring import TurnWork
 
     for s in load_sessions(ROOT / "data" / "tasks" / "physassist", SCENARIOS):
         for t in s.turns:
@@ -690,7 +690,7 @@ def test_creatinine_clearance_turns_follow_from_the_stored_results_by_cockcroft_
     """Formula-based reasoning (the original's L2 option B): the clearance recomputed here from the Patient.read,
     weight and creatinine results the session file stores, (140 - age) x kg / (72 x creatinine), x 0.85 for women;
     the `near` check takes an agent's figure within 5% (or 1) and fails one further off."""
-    from ehrbench.benchmarks.physassist.grading import decide
+    from ehrbench.benchmarks.physassist.scoring import decide
 
     checked = 0
     for s in load_sessions(ROOT / "data" / "tasks" / "physassist", SCENARIOS):
@@ -1150,7 +1150,7 @@ def test_odd_arguments_come_back_as_errors_for_the_model_not_as_failures(small):
 
 
 def test_the_judge_sees_the_gold_history_the_gold_answer_and_only_accepted_writes(small):
-    from ehrbench.benchmarks.physassist.grading import judge_prompt, turn_work
+    from ehrbench.benchmarks.physassist.scoring import judge_prompt, turn_work
 
     s = next(x for x in small["sessions"] if x.turns[3].kind == "WU")
     t2, t3 = s.turns[2], s.turns[3]

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from ehrbench.benchmarks.physassist.grading import read_verdict
+from ehrbench.benchmarks.physassist.scoring import read_verdict
 from ehrbench.benchmarks.physassist.iirs import IirsJudge, iirs_turn, read_score, score_ac, score_er, tool_use
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -9,8 +9,8 @@ import sqlite3
 import pytest
 
 from ehrbench.benchmarks.ehrchatqa.benchmark import score
-from ehrbench.benchmarks.ehrchatqa.scorer import adapt_reward, gold_answers, words_to_int
-from ehrbench.benchmarks.ehrchatqa.scorer import incre_reward as incre_reward_async
+from ehrbench.benchmarks.ehrchatqa.scoring import adapt_reward, gold_answers, words_to_int
+from ehrbench.benchmarks.ehrchatqa.scoring import incre_reward as incre_reward_async
 from ehrbench.benchmarks.ehrchatqa.tasks import Task
 from ehrbench.db.database import Database
 from ehrbench.runtime.hosts import LocalHost

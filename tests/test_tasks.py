@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from ehrbench.benchmarks.ehrchatqa.scorer import render_answer
+from ehrbench.benchmarks.ehrchatqa.scoring import render_answer
 from ehrbench.benchmarks.ehrchatqa.tasks import TaskFileError, load_task_dir, load_tasks
 
 from .conftest import TASK_DIR

@@ -169,6 +169,8 @@ def _side_by_side(child, n: int, at_once: int, stop: threading.Event) -> list:
     try:
         pending = set(futures)
         while pending:
+            # Ray's own handler takes SIGTERM when a child connects (it then aborts the process): ours again
+            signal.signal(signal.SIGTERM, interrupted)
             done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
             for f in done:
                 if f.exception() is not None and failure is None:

@@ -4,7 +4,7 @@ graded by the task's two rubric trees.
 A trial is one question: the agent (`agent.py`: chain of thought, refinement only on an execution error) or the
 reference (SQL written from the question alone, `reference.py`) executes its SQL through the one tool (`tools.py`:
 sqlglot BigQuery -> DuckDB, guarded); the last executed query and its result are the candidate. Grading
-(`grading.py`): under `contract=original` the LLM judge decides every leaf of both trees as the authors' scorer asks
+(`scoring.py`): under `contract=original` the LLM judge decides every leaf of both trees as the authors' scorer asks
 it; the rule checker on results leaves is an opt-in (`leaf_checker`); with no judge (`grading=offline`, or the
 reference) the checker and syntax-tree equality with the gold decide, and the scores carry `offline_` names. Each
 leaf decision is an assessment on the trial's trace; the trees are aggregated by ClinSQL's rule (`rubric.py`) into
@@ -25,7 +25,7 @@ from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from . import rubric
 from .agent import ClinSqlAgent, ReferenceAgent, sampling
-from .grading import (Candidate, Decision, LlmGrader, ResultsChecker, grader_prompt, offline_sql_decisions,
+from .scoring import (Candidate, Decision, LlmGrader, ResultsChecker, grader_prompt, offline_sql_decisions,
                       original_prompt, parents)
 from .prompts import generation_prompt, refinement_prompt, schema_text
 from .tasks import DIFFICULTIES, Task, csv_text, load_tasks

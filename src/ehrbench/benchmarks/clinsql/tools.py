@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...db.limits import QueryError
 from .dialect import TranspileError, bigquery_to_duckdb
-from .grading import Candidate
+from .scoring import Candidate
 from .tasks import csv_text
 
 TOOL = "execute_bigquery"

@@ -3,7 +3,7 @@ code run in the sandbox, scored by the original's judge (the reward, SR) beside 
 
 The contract (`benchmark.contract`, ../FIDELITY.md): `original` (the default) scores as the authors' code did: the
 log main.py wrote for the question, completed when "TERMINATE" appears anywhere in it, successful when evaluate.py's
-judge passes on its prediction window (`judge.py`); a sequential memory admits what main.py's own judge passes,
+judge passes on its prediction window (`scoring.py`); a sequential memory admits what main.py's own judge passes,
 TERMINATE or not. `ehrbench` turns on the one improvement, `memory_from=successful` (only completed, passed
 questions enter the memory). The baselines, which the public code does not have, are scored on the last
 observation and the final reply. The strict judge compares the last successful cell's `answer` with the gold values.
@@ -31,7 +31,7 @@ from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from .agent import EhrAgent, Memory, ReferenceAgent, SharedMemory
 from .baselines import BaselineAgent, BaselineTools
-from .judge import compatibility, evaluate_judge, evaluate_log, gold_text, original_log, prediction, strict
+from .scoring import compatibility, evaluate_judge, evaluate_log, gold_text, original_log, prediction, strict
 from .prompts import CHATBOT_SYSTEM, DEBUGGER_SYSTEM, KNOWLEDGE_SYSTEM, initial_memory, prompts
 from .tasks import DB_IDS, EHRSQL_NOW, Task, load_tasks, resolve_on
 from .tools import CodeInterface

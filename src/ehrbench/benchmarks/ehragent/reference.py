@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .taskgen.schemas import SCHEMAS
+from .authoring.schemas import SCHEMAS
 
 SQL_FALLBACK = "# no tool plan for this template: the gold SQL through SQLInterpreter\n"
 TIME = (r"(?P<time> in \d{4}| since \d{4}| in \d{2}/\d{4}| since \d{2}/\d{4}| since \d+ year ago| since \d+ month ago"

@@ -194,7 +194,7 @@ def load_tasks(path: str | Path, db_id: str) -> list[Task]:
         if not isinstance(answer, list) or not answer or not isinstance(level, int):
             raise TaskFileError(f"{path}: question {q.qid!r}: fields 'answer' (a non-empty list) and 'level' (an "
                                 "integer) go together (or neither, to answer it on the run's database); regenerate "
-                                "with `python -m ehrbench.benchmarks.ehragent.taskgen`")
+                                "with `python -m ehrbench.benchmarks.ehragent.authoring`")
         tasks.append(Task(q.qid, db_id, q.question, q.sql, [str(a) for a in answer], level, q.family))
     return tasks
 

@@ -18,7 +18,7 @@ from ...users.llm_user import LLMUser
 from .prompts import (AGENT_GREETING, agent_system_prompt, prompts, user_prompts, user_system_prompt,
                       validator_conversation)
 from .reference_agent import ReferenceAgent
-from .scorer import MAX_ROWS, adapt_reward, comparable_row, incre_reward
+from .scoring import MAX_ROWS, adapt_reward, comparable_row, incre_reward
 from .scripted_user import ScriptedUser
 from .tasks import DB_IDS, TASK_TYPES, Task, load_task_dir
 from .tools import DatabaseLike, ToolSuite, tool_schemas

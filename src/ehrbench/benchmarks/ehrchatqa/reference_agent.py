@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from ...llm.scripted import ScriptedCall
 from ...trial import Message, ToolCall
-from .scorer import render_answer
+from .scoring import render_answer
 
 
 def plan_exploration(sql: str, indexed: dict[str, list[str]], max_values: int = 2) -> list[ToolCall]:

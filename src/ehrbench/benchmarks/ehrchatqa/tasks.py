@@ -78,7 +78,7 @@ def load_tasks(path: str | Path) -> list[Task]:
     """Tasks of one file: a JSON array (the original format) or one JSON object per line."""
     path = Path(path)
     data = read_json_records(path, "generate the project's task sets with `python -m ehrbench.benchmarks.ehrchatqa."
-                                   "taskgen` or point benchmark.task_dir elsewhere")
+                                   "authoring` or point benchmark.task_dir elsewhere")
     tasks = [parse_task(raw, path, i) for i, raw in enumerate(data)]
     seen: set[str] = set()
     for t in tasks:

@@ -23,7 +23,7 @@ from ...llm.usage import MeteredModel
 from ...trial import InfrastructureError, Message, ToolCall
 from .compact import compact
 from .fhir import api_name, canonical, model_tools
-from .sessions import Session
+from .tasks import Session
 
 MAX_ROUNDS = 8
 NUDGES = 3

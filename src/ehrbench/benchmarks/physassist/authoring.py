@@ -32,7 +32,7 @@ from pathlib import Path
 from .adapter import PatientRecord
 from . import patient_model
 from .fhir import SCHEMAS, run_search
-from .sessions import SCENARIOS
+from .tasks import SCENARIOS
 
 DOMAINS = {"diagnostic_workup": "LabInterp", "med_safety": "MedRecon", "treatment_response": "ICUReasoning",
            "discharge_planning": "MedRecon"}

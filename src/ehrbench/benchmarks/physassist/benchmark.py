@@ -35,11 +35,11 @@ from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from .agent import PhysAssistAgent, ReferenceAgent
-from .grading import Judge, rule_grade, turn_score, turn_work
+from .scoring import Judge, rule_grade, turn_score, turn_work
 from .iirs import IirsJudge, turn_metrics
 from .patient import (LlmPatient, OriginalReplay, PatientFacts, ReplayedPatient, SessionPeople, literacy_for,
                       stored_replies)
-from .sessions import SCENARIOS, Session, load_sessions
+from .tasks import SCENARIOS, Session, load_sessions
 
 DB = "mimic_iv"
 THRESHOLDS = (0.60, 0.75)

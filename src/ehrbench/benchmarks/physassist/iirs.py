@@ -25,7 +25,7 @@ from ...llm.usage import MeteredModel
 from ...trial import Message
 from . import rule_checker
 from .rule_checker import CONTROL, KNOWN
-from .sessions import Turn
+from .tasks import Turn
 
 COMPONENTS = {"EA": ("AID", "AA"), "AE": ("AID", "AA"), "PE": ("ER", "AA"), "AU": ("ER", "AC", "AA")}
 CORRECT = 0.5

@@ -28,7 +28,7 @@ from collections import defaultdict
 from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
 from ...trial import Message, Turn
-from .sessions import LITERACY, Session
+from .tasks import LITERACY, Session
 
 QUERIES = {
     "patient.get_symptom_history": "get_symptom_history", "patient.get_medication_adherence":

@@ -1,6 +1,6 @@
 """Generate the project's EHR-ChatQA task sets from templates filled with values of the default world.
 
-    python -m ehrbench.benchmarks.ehrchatqa.taskgen [--out data/tasks/ehrchatqa] [--seed 0]
+    python -m ehrbench.benchmarks.ehrchatqa.authoring [--out data/tasks/ehrchatqa] [--seed 0]
 
 Each gold SQL is executed and its result stored as the gold answer (AdaptQA counts as words). Drafts whose answer
 is empty, all NULL or a bare zero are dropped, duplicates are dropped, and each template contributes at most
@@ -17,7 +17,7 @@ from ..tasks import FILE_FOR_TYPE, Task, save_tasks
 from functools import partial
 
 from . import adapt, eicu_star, incre, mimic_iv_star
-from ..scorer import render_answer
+from ..scoring import render_answer
 from .common import Context
 
 SCHEMAS = {"mimic_iv_star": mimic_iv_star.SCHEMA, "eicu_star": eicu_star.SCHEMA}

@@ -22,7 +22,7 @@ from ...llm.base import ChatRequest
 from ...llm.usage import MeteredModel
 from ...trial import Message
 from .fhir import canonical
-from .sessions import Turn
+from .tasks import Turn
 
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 CHECKS = {

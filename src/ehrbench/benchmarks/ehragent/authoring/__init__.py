@@ -1,6 +1,6 @@
 """Generate the project's EHRAgent question sets from the default world, in EHRSQL's and MIMICSQL's own formats.
 
-    python -m ehrbench.benchmarks.ehragent.taskgen [--out data/tasks/ehragent] [--seed 0] [--train 100]
+    python -m ehrbench.benchmarks.ehragent.authoring [--out data/tasks/ehragent] [--seed 0] [--train 100]
 
 Drafts come from the template families (`ehrsql.py`, `mimicsql.py`); each gold SQL is run after EHRSQL's
 post-processing, and a question is kept when it answers (not empty, not all NULL), is not a duplicate, its
