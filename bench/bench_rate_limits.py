@@ -119,8 +119,8 @@ def suite_main(args) -> None:
            f"++model.base_url={server.url}", f"++model.limits.per_minute={args.rpm}",
            f"++model.limits.concurrency={args.concurrency}", "data.dictionary=used",
            f"suite.benchmarks.clinsql=['benchmark.task_dir={work / 'clinsql'}','data.scale=2',"
-           "'benchmark.grading=offline']",
-           "suite.benchmarks.physassist=['benchmark.grading=rules']",
+           "'benchmark.grading=offline','grader=none']",
+           "suite.benchmarks.physassist=['benchmark.grading=rules','grader=none']",
            "suite.benchmarks.ehragent=['benchmark.databases=[ehrsql_mimic_iii]']",
            "suite.benchmarks.agentehr=['benchmark.max_turns=4','benchmark.tasks=[transfers]',"
            "'benchmark.mimic_iii=false','benchmark.patient_shards=1']",

@@ -330,7 +330,10 @@ def start_value_index(cache_dir: str, name: str | None = None, embedder: dict | 
     local = (embedder or {}).get("provider", "local") == "local"     # an API embedder needs no GPU
     gpus = 1 if local and ray.cluster_resources().get("GPU", 0) >= 1 else 0
     place = names.place("index") if names else {}
-    return ValueIndexActor.options(num_gpus=gpus, max_concurrency=4, name=name, **place).remote(
+    # num_cpus=0: an actor given any resource (num_gpus, even 0) would otherwise hold a CPU for its lifetime, and
+    # a suite's children side by side would hold every CPU of a small machine with their indexes, leaving none to
+    # place the next child's (bench-rate-limits --suite found it hanging so)
+    return ValueIndexActor.options(**{"num_cpus": 0, **place}, num_gpus=gpus, max_concurrency=4, name=name).remote(
         cache_dir, embedder, manifest)
 
 

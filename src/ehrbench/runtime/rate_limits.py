@@ -139,9 +139,17 @@ def _beside_the_driver():
     return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
+# The driver holds every limiter it started for as long as it lives: a named actor dies with its creator's last
+# handle, and a suite's children side by side share one per model (the first child to need it starts it), so a
+# child that finishes must not take its limiter with it (`bench-rate-limits --suite` lost trials so). Keyed by Ray
+# job, so a driver that reconnects to another cluster starts afresh.
+_HELD: dict[tuple[str, str], object] = {}
+
+
 def start_rate_limiters(settings) -> tuple[dict, object]:
-    """One limiter actor per distinct model of the settings, beside the driver; returns them and the settings
-    pointing at them."""
+    """One limiter actor per distinct model of the settings, beside the driver (the one this driver already holds,
+    if any); returns them and the settings pointing at them."""
+    job = ray.get_runtime_context().get_job_id()
     actors: dict[str, object] = {}
     changes = {}
     for field_name, cfg in settings.models().items():
@@ -150,10 +158,13 @@ def start_rate_limiters(settings) -> tuple[dict, object]:
         limits = dict(cfg.get("limits") or {})
         name = limiter_name(cfg)
         if name not in actors:
-            actors[name] = RateLimiterActor.options(name=name, get_if_exists=True, max_concurrency=100_000,
-                                                    scheduling_strategy=_beside_the_driver()).remote(
-                limits.get("concurrency", 8), limits.get("per_minute"), lease_s=float(cfg.get("timeout_s", 120)) * 2,
-                window_s=WINDOW_S + WINDOW_GUARD_S)
+            if (job, name) not in _HELD:
+                _HELD[(job, name)] = RateLimiterActor.options(
+                    name=name, get_if_exists=True, max_concurrency=100_000,
+                    scheduling_strategy=_beside_the_driver()).remote(
+                    limits.get("concurrency", 8), limits.get("per_minute"),
+                    lease_s=float(cfg.get("timeout_s", 120)) * 2, window_s=WINDOW_S + WINDOW_GUARD_S)
+            actors[name] = _HELD[(job, name)]
         changes[field_name] = {**cfg, "limits": {**limits, "cluster_actor": name}}
     return actors, replace(settings, **changes)
 
