@@ -43,6 +43,29 @@ def steady_rate(times: list[float], window_s: float = 60.0) -> float:
     return sum(samples) / len(samples)
 
 
+ENV = {**os.environ, "OPENAI_API_KEY": "sk-bench-not-a-secret", "GEMINI_API_KEY": "bench-key", "HF_HUB_OFFLINE": "1"}
+
+
+def run_command(cmd: list[str], server: FakeLLMServer) -> float:
+    """The run's wall time; the fake providers are stopped after it; a failed run ends the bench with its error."""
+    started = time.monotonic()
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=ENV)
+    wall = time.monotonic() - started
+    server.stop()
+    if out.returncode != 0:
+        print(out.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(out.returncode)
+    return wall
+
+
+def provider_row(server: FakeLLMServer, model: str, ideal: float) -> str:
+    """A provider's requests answered, its steady rate, that rate against the ideal, and the 429s it sent."""
+    ok = [t for t, mdl, status in server.served if mdl == model and status == 200]
+    refused = sum(1 for _, mdl, status in server.served if mdl == model and status == 429)
+    rate = steady_rate(ok)
+    return f"{model:<18}{len(ok):>10}{rate:>18.1f}{100 * rate / ideal:>9.1f}%{refused:>11}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rpm", type=int, default=60, help="each provider's limit per 60 s window")
@@ -71,15 +94,7 @@ def main() -> None:
            "user=gemini-2.0-flash", f"+user.model.base_url={server.url}", f"user.model.limits.per_minute={args.rpm}",
            f"user.model.limits.concurrency={args.concurrency}", "user.strategy=plain", "validator=none",
            f"runtime.max_in_flight={trials}", f"tracking.root={work / 'mlruns'}", f"hydra.run.dir={work / 'out'}"]
-    env = {**os.environ, "OPENAI_API_KEY": "sk-bench-not-a-secret", "GEMINI_API_KEY": "bench-key",
-           "HF_HUB_OFFLINE": "1"}
-    started = time.monotonic()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
-    wall = time.monotonic() - started
-    server.stop()
-    if out.returncode != 0:
-        print(out.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(out.returncode)
+    wall = run_command(cmd, server)
     import mlflow
 
     mlflow.set_tracking_uri(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}")
@@ -90,10 +105,7 @@ def main() -> None:
           f"{args.latency} s, concurrency {args.concurrency} (ideal: {ideal:.0f} per minute)")
     print(f"{'provider':<18}{'answered':>10}{'per min (steady)':>18}{'of ideal':>10}{'429s sent':>11}")
     for model in ("gpt-4o", "gemini-2.0-flash"):
-        ok = [t for t, mdl, status in server.served if mdl == model and status == 200]
-        refused = sum(1 for _, mdl, status in server.served if mdl == model and status == 429)
-        rate = steady_rate(ok)
-        print(f"{model:<18}{len(ok):>10}{rate:>18.1f}{100 * rate / ideal:>9.1f}%{refused:>11}")
+        print(provider_row(server, model, ideal))
     print(f"trials re-submitted: {m.get('trial_resubmissions', 0):.0f}; failed on infrastructure: "
           f"{m.get('trials_infra_errors', 0):.0f}; valid: {m.get('trials_valid', 0):.0f}")
     waits = {k: round(v, 2) for k, v in m.items() if "limiter" in k or "rate_limit" in k}
@@ -125,15 +137,7 @@ def suite_main(args) -> None:
            "suite.benchmarks.agentehr=['benchmark.max_turns=4','benchmark.tasks=[transfers]',"
            "'benchmark.mimic_iii=false','benchmark.patient_shards=1']",
            f"tracking.root={work / 'mlruns'}", f"hydra.run.dir={work / 'out'}"]
-    env = {**os.environ, "OPENAI_API_KEY": "sk-bench-not-a-secret", "GEMINI_API_KEY": "bench-key",
-           "HF_HUB_OFFLINE": "1"}
-    started = time.monotonic()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
-    wall = time.monotonic() - started
-    server.stop()
-    if out.returncode != 0:
-        print(out.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(out.returncode)
+    wall = run_command(cmd, server)
     mlflow.set_tracking_uri(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["ehrchatqa", "ehragent", "agentehr", "clinsql", "physassist"],
                               output_format="list")
@@ -143,11 +147,8 @@ def suite_main(args) -> None:
     print(f"{'provider':<18}{'answered':>10}{'per min (steady)':>18}{'of ideal':>10}{'429s sent':>11}"
           f"{'benchmarks':>12}")
     for model in models:
-        ok = [t for t, mdl, status in server.served if mdl == model and status == 200]
-        refused = sum(1 for _, mdl, status in server.served if mdl == model and status == 429)
-        rate = steady_rate(ok)
         sharing = sum(1 for r in runs if r.data.params.get("model.name") == model)
-        print(f"{model:<18}{len(ok):>10}{rate:>18.1f}{100 * rate / ideal:>9.1f}%{refused:>11}{sharing:>12}")
+        print(f"{provider_row(server, model, ideal)}{sharing:>12}")
     lost = sum(r.data.metrics.get("trial_resubmissions", 0) + r.data.metrics.get("trials_infra_errors", 0)
                for r in runs)
     print(f"trials that lost an attempt (re-submitted or failed on infrastructure), all runs: {lost:.0f}; "

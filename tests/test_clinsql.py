@@ -377,6 +377,16 @@ def test_tasks_authored_for_another_world_stop_the_run_at_start(small_world, tmp
     assert "python -m ehrbench.benchmarks.clinsql.authoring --seed 0 --scale 3" in out.stderr
 
 
+def _one_easy_task(small_world, tmp_path):
+    """The first easy task, alone in a task folder of its own (with the world's manifest)."""
+    task = next(t for t in load_tasks(small_world / "tasks") if t.difficulty == "easy")
+    one = tmp_path / "tasks"
+    shutil.copytree(small_world / "tasks" / task.scenario / "easy_level_queries" / task.task_id,
+                    one / task.scenario / "easy_level_queries" / task.task_id)
+    shutil.copy(small_world / "tasks" / "manifest.json", one)
+    return task, one
+
+
 def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_cluster, tmp_path):
     """`benchmark=clinsql model=gemini-2.5-flash grader=gemini-2.5-flash` with the real google-genai client: a
     failing query, one refinement that runs, then the judge on every leaf, SQL and results, each asked exactly as
@@ -387,12 +397,7 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
 
     from .fake_llm_server import FakeLLMServer, Reply
 
-    tasks = load_tasks(small_world / "tasks")
-    task = next(t for t in tasks if t.difficulty == "easy")
-    one = tmp_path / "tasks"
-    shutil.copytree(small_world / "tasks" / task.scenario / "easy_level_queries" / task.task_id,
-                    one / task.scenario / "easy_level_queries" / task.task_id)
-    shutil.copy(small_world / "tasks" / "manifest.json", one)
+    task, one = _one_easy_task(small_world, tmp_path)
     wrong = task.gold_sql.replace("p.anchor_age", "p.anchor_agee", 1)
     n_sql, n_results = len(list(task.sql_tree.leaves())), len(list(task.results_tree.leaves()))
     server = FakeLLMServer().start()
@@ -533,12 +538,7 @@ def test_a_rescore_gives_the_scores_a_run_with_the_new_option_gets_and_asks_no_m
     asked again (then exactly its leaves are asked); a change to the agent's prompt is refused as a new run."""
     from .fake_llm_server import FakeLLMServer, Reply
 
-    tasks = load_tasks(small_world / "tasks")
-    task = next(t for t in tasks if t.difficulty == "easy")
-    one = tmp_path / "tasks"
-    shutil.copytree(small_world / "tasks" / task.scenario / "easy_level_queries" / task.task_id,
-                    one / task.scenario / "easy_level_queries" / task.task_id)
-    shutil.copy(small_world / "tasks" / "manifest.json", one)
+    task, one = _one_easy_task(small_world, tmp_path)
     n_leaves = len(list(task.sql_tree.leaves())) + len(list(task.results_tree.leaves()))
     server = FakeLLMServer().start()
     server.defaults["gemini-2.5-flash"] = Reply(text=f"Reasoning: direct.\n```sql\n{task.gold_sql}\n```")
