@@ -82,21 +82,7 @@ async def _attempts(task, trial: int, hosts: Hosts, settings: TrialSettings, use
     mistakes: list[str] = []
     for rerun in range(settings.max_attempts):
         meter = UsageMeter()
-        episode = bench.episode(task, trial, hosts, settings, meter, seed)
-        user = await users.open(task, settings, seed + rerun, mistakes) if settings.user != "none" else None
-        if user is not None and (attach := getattr(episode.tools, "attach_user", None)) is not None:
-            attach(user)                 # tools that talk to the simulated user (an interviewed patient)
-        try:
-            record = await run_trial(task.key, trial, episode.agent, user, episode.tools, episode.score,
-                                     settings.limits, opening=episode.opening, greeting=episode.greeting)
-        finally:
-            if (close := getattr(episode.tools, "close", None)) is not None:
-                try:
-                    await close()
-                except Exception as e:  # noqa: BLE001 - a finished trial stands; its host frees what is left
-                    log.warning("closing a trial's tools failed: %s", e)
-            if user is not None:
-                meter.merge(await user.close())
+        episode, record = await _attempt(bench, task, trial, hosts, settings, users, seed, rerun, mistakes, meter)
         record.rerun = rerun
         records.append(record)
         if episode.validate and record.valid:
@@ -110,6 +96,28 @@ async def _attempts(task, trial: int, hosts: Hosts, settings: TrialSettings, use
                 mistakes.append(str(record.validation["explanation"]))
             continue
         break
+
+
+async def _attempt(bench, task, trial: int, hosts: Hosts, settings: TrialSettings, users, seed: int, rerun: int,
+                   mistakes: list[str], meter: UsageMeter):
+    """One attempt: the episode, its user (the seed moved by the re-run), the trial; the tools closed and the user's
+    usage merged into `meter` however it ended. (episode, record)."""
+    episode = bench.episode(task, trial, hosts, settings, meter, seed)
+    user = await users.open(task, settings, seed + rerun, mistakes) if settings.user != "none" else None
+    if user is not None and (attach := getattr(episode.tools, "attach_user", None)) is not None:
+        attach(user)                 # tools that talk to the simulated user (an interviewed patient)
+    try:
+        record = await run_trial(task.key, trial, episode.agent, user, episode.tools, episode.score,
+                                 settings.limits, opening=episode.opening, greeting=episode.greeting)
+    finally:
+        if (close := getattr(episode.tools, "close", None)) is not None:
+            try:
+                await close()
+            except Exception as e:  # noqa: BLE001 - a finished trial stands; its host frees what is left
+                log.warning("closing a trial's tools failed: %s", e)
+        if user is not None:
+            meter.merge(await user.close())
+    return episode, record
 
 
 async def replay_task_trial(task, original: TrialRecord, hosts: Hosts, settings: TrialSettings, users=None,
@@ -128,20 +136,9 @@ async def replay_task_trial(task, original: TrialRecord, hosts: Hosts, settings:
     bench = benchmarks.load(settings.benchmark, settings.benchmark_options)
     cassette = Cassette(original.exchanges, frozenset(ask), check_prompts=not bench.resources().memory)
     replayed = replace(settings, replay=cassette)
-    seed, meter = trial_seed(task.key, original.trial), UsageMeter()
-    episode = bench.episode(task, original.trial, hosts, replayed, meter, seed)
-    user = await (users or LocalUsers()).open(task, replayed, seed + original.rerun, list(mistakes)) \
-        if settings.user != "none" else None
-    if user is not None and (attach := getattr(episode.tools, "attach_user", None)) is not None:
-        attach(user)
-    try:
-        record = await run_trial(task.key, original.trial, episode.agent, user, episode.tools, episode.score,
-                                 settings.limits, opening=episode.opening, greeting=episode.greeting)
-    finally:
-        if (close := getattr(episode.tools, "close", None)) is not None:
-            await close()
-        if user is not None:
-            await user.close()
+    meter = UsageMeter()
+    _, record = await _attempt(bench, task, original.trial, hosts, replayed, users or LocalUsers(),
+                               trial_seed(task.key, original.trial), original.rerun, list(mistakes), meter)
     made = sum(row["calls"] for role, row in meter.by_role.items() if role in cassette.ask)
     if cassette.misses:
         return original, cassette.misses[0], made

@@ -109,11 +109,11 @@ def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose, stop: th
                                    "nothing runs)"))
         return []
     # every child's config checked and its cost estimated before the first model call of the first child
-    lines = [line for _, _, o in children for line in evaluate(compose(o), estimate_only=True).estimate]
+    configs = [compose(o) for _, _, o in children]
+    lines = [line for c in configs for line in evaluate(c, estimate_only=True).estimate]
     if lines:
         print(table(merged(lines), f"suite {name}: estimate over {len(children)} runs, by model and role, before "
                                    "any model call"))
-    configs = [compose(o) for _, _, o in children]
     conf = validate(OmegaConf.to_container(configs[0], resolve=True))    # the children's store, as they name it
     uri = conf.tracking.uri or local_store(conf.tracking.root)[0]
     mlflow.set_tracking_uri(uri)
