@@ -14,13 +14,13 @@ import traceback
 
 from . import benchmarks
 from .benchmark import Hosts, TrialSettings
+from .judges.validator import USER_ERROR
 from .llm.usage import UsageMeter
 from .trial import InfrastructureError, Termination, Turn, TrialRecord, run_trial
 
 _INFRA_KIND = {"model": Termination.INFRA_MODEL, "user": Termination.INFRA_USER, "tool": Termination.INFRA_TOOL,
                "budget": Termination.INFRA_BUDGET}
 
-USER_ERROR = "user_error"    # the validator's verdict that the simulated user broke its rules
 log = logging.getLogger(__name__)
 
 

@@ -10,12 +10,12 @@ assessment (`simulation_validity`) and a rejected attempt is re-run (`episode.ru
 """
 from __future__ import annotations
 
-from ..episode import USER_ERROR
 from ..llm.base import ChatRequest, ModelTurnError, OutputSchema
 from ..llm.usage import MeteredModel
 from ..trial import InfrastructureError, Message, Termination, TrialRecord
 from .parsing import parse_json_object
 
+USER_ERROR = "user_error"    # the verdict that the simulated user broke its rules (its attempt is re-run)
 NO_ERROR = "no_error"
 VALIDATION_OUTPUT = OutputSchema("ValidationOutputFormat", ("explanation", "evidence", "broken_rule", "result"))
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..trial import LIMITER_WAIT, InfrastructureError, Message, ToolCall
+from ..errors import ConfigurationError  # noqa: F401  (re-exported: the model layer's callers import it here)
 
 
 class RetryableError(Exception):
@@ -75,10 +76,6 @@ class RequestRefused(Exception):
     """The provider refused the request for its size (a conversation over the context window: HTTP 413, or a 400 /
     422 that says so). Not retried (the same request gets the same refusal); `complete` raises it as an
     `InfrastructureError` marked `agent_caused`, which an agent's turn turns into a scored failure."""
-
-
-class ConfigurationError(Exception):
-    """A model that cannot be used as configured (a missing API key, an unknown provider); stops the run at start."""
 
 
 @dataclass(frozen=True)

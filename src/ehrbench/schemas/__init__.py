@@ -59,7 +59,7 @@ def check_database_file(db_id: str, path: str | Path) -> None:
     """A user's own database file must hold every table and column of `db_id`'s schema (extra ones are fine)."""
     import sqlite3
 
-    from ..llm.base import ConfigurationError
+    from ..errors import ConfigurationError
 
     if db_id not in SCHEMAS:
         raise ConfigurationError(f"data.{db_id}.path: unknown database {db_id!r}; known: {sorted(SCHEMAS)}")

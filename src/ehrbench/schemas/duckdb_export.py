@@ -66,7 +66,7 @@ def export_duckdb(db_id: str, sqlite_path: Path) -> Path:
 def check_duckdb_file(db_id: str, path: str | Path) -> None:
     """A user's own DuckDB file (e.g. MIMIC-IV built with mimic-code's DuckDB scripts) must hold every table and
     column of the rendering in its module's schema (extra ones are fine; the builder's row numbers are not needed)."""
-    from ..llm.base import ConfigurationError
+    from ..errors import ConfigurationError
 
     module = SCHEMAS[db_id]
     try:
