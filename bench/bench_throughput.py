@@ -61,7 +61,7 @@ def main() -> None:
     from ehrbench import benchmarks
     from ehrbench.benchmark import TrialSettings
     from ehrbench.config import RuntimeOptions
-    from ehrbench.runtime.runner import build_indexes, run_trials, start_runtime, start_workers
+    from ehrbench.runtime.runner import build_indexes, release, run_trials, start_runtime, start_workers
     from ehrbench.schemas import WorldSpec, build_database
     from ehrbench.tracking.mlflow_tracker import MlflowTracker, local_store
 
@@ -149,6 +149,7 @@ def main() -> None:
         steady = calls / span if span else float("nan")
         print(f"{c:>9} {len(records):>7} {wall:>7.1f} {ideal:>14.0f} {steady:>15.1f} {100 * steady / ideal:>8.1f}% "
               f"{100 * total_calls / wall / ideal:>11.1f}%" + (f"  ({bad} trials not at reward 1)" if bad else ""))
+    release(runtime)          # the value index drops its manifest
     ray.shutdown()
     sys.stdout.flush()
 

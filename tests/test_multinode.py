@@ -139,7 +139,7 @@ def test_nodes_lost_mid_run_cost_retries_never_a_trial_and_their_actors_come_bac
                "user.latency_s=0.3", "limit_tasks=6", "runtime.max_in_flight=8", "runtime.trial_workers=4",
                "runtime.max_attempts=5")             # two losses: a trial may be broken by each, then run again
     manifests = lambda: set((shared / "vi" / "manifests").glob("*.json"))  # noqa: E731
-    others = manifests()                            # other runs' (a killed run's stays until it is resumed)
+    others = manifests()                            # other runs' (a killed driver's stays: tiny, never read again)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=multinode.env)
     _wait_for_records(tmp_path, 6, proc, timeout=600)

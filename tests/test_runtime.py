@@ -215,7 +215,7 @@ def test_trials_through_workers_and_user_simulator_actors(ray_cluster, shared_wo
     """Two trial workers and two user simulator actors; every trial scores, each actor served many users."""
     from ehrbench.benchmarks.ehrchatqa.benchmark import INDEXED_COLUMNS
     from ehrbench.config import RuntimeOptions
-    from ehrbench.runtime.runner import build_indexes, run_trials, start_runtime, start_workers
+    from ehrbench.runtime.runner import build_indexes, release, run_trials, start_runtime, start_workers
     from ehrbench.schemas import WorldSpec, build_database
 
     # the main job's `data.dictionary=used` world (a small index), shared with the session's main-job tests
@@ -238,6 +238,7 @@ def test_trials_through_workers_and_user_simulator_actors(ray_cluster, shared_wo
     assert sum(served) > 2                       # conversations open at once, spread over both actors
     assert all(r.usage["user"]["calls"] == r.user_turns for r in records)      # user usage came back to the trial
     assert ray.get([u.open_conversations.remote() for u in runtime.users]) == [0, 0]   # all closed
+    release(runtime)
 
 
 def test_the_recipe_cluster_has_a_token_of_its_own_and_refuses_clients_without_it(ray_cluster, tmp_path):
@@ -359,3 +360,56 @@ def test_a_run_starts_no_more_service_shards_than_it_has_tasks():
     assert service_shards(resources, 3) == {"patients": 3, "records": 2}
     assert service_shards(resources, 100) == service_shards(resources, None) == {"patients": 4, "records": 2}
     assert service_shards(resources, 0) == {"patients": 1, "records": 1}
+
+
+def test_runs_of_one_driver_share_the_hosted_data_over_the_same_files_and_the_last_out_lets_it_go(
+        ray_cluster, db_paths, tmp_path):
+    """Two runs over the same two files use the same database and index actors (one embedding model, one manifest);
+    a run over one of them shares that database alone; the index outlives the first run and goes, with its
+    manifest, after the last. Inside `kept()` (a suite) a set no run uses stays up until the block ends."""
+    from ehrbench.config import RuntimeOptions
+    from ehrbench.runtime.runner import build_indexes, release, start_runtime
+    from ray.util.state import get_actor
+
+    from ehrbench.runtime.shared import hosted_now, kept
+
+    paths = {db: str(p) for db, p in db_paths.items()}
+    options = RuntimeOptions(db_replicas=1, user_simulators=0)
+    columns = {"mimic_iv_star": {"hospitaladmissions": ["admissiontype"]}}
+    manifests = lambda: set((tmp_path / "vi" / "manifests").glob("*.json"))  # noqa: E731
+    ours = lambda: {k: n for k, n in hosted_now().items() if k not in before}  # noqa: E731
+    before = hosted_now()
+    first = start_runtime(paths, str(tmp_path / "vi"), options)
+    assert build_indexes(first.databases, first.index, columns) > 0           # embedded once
+    second = start_runtime(paths, str(tmp_path / "vi"), options)
+    assert build_indexes(second.databases, second.index, columns) == 0       # the first run's index, already built
+    alone = start_runtime({"eicu_star": paths["eicu_star"]}, str(tmp_path / "vi"), options, with_index=False)
+    assert second.index._actor_id == first.index._actor_id
+    assert second.names.index == first.names.index != f"{first.names.prefix}/index"
+    assert [a._actor_id for a in second.databases["mimic_iv_star"]] == \
+        [a._actor_id for a in first.databases["mimic_iv_star"]]
+    assert alone.databases["eicu_star"][0]._actor_id == first.databases["eicu_star"][0]._actor_id
+    assert ray.get_actor(second.names.database("eicu_star", 0))._actor_id == alone.databases["eicu_star"][0]._actor_id
+    assert len(manifests()) == 1 and sorted(ours().values()) == [2, 2, 3]    # eicu by three runs, the rest by two
+    index = first.index._actor_id.hex()
+    release(first)
+    assert ray.get(second.index.search.remote("mimic_iv_star", "hospitaladmissions", "admissiontype", "urgent", 1))
+    assert len(manifests()) == 1                                             # the second run still needs it
+    release(second)
+    release(alone)
+    assert manifests() == set() and ours() == {}
+    del first, second, alone
+    deadline = time.monotonic() + 60
+    while get_actor(index).state != "DEAD":                                 # Ray ends the actors no one holds
+        assert time.monotonic() < deadline, "the index actor outlived the last run that used it"
+        time.sleep(0.5)
+
+    with kept():
+        one = start_runtime({"eicu_star": paths["eicu_star"]}, str(tmp_path / "vi"), options, with_index=False)
+        shard = one.databases["eicu_star"][0]
+        release(one)
+        assert list(ours().values()) == [0]                                 # up, used by no run, kept
+        two = start_runtime({"eicu_star": paths["eicu_star"]}, str(tmp_path / "vi"), options, with_index=False)
+        assert two.databases["eicu_star"][0]._actor_id == shard._actor_id   # the next run finds the same actor
+        release(two)
+    assert ours() == {}

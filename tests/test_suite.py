@@ -18,6 +18,20 @@ import pytest
 from .conftest import ROOT, mlflow_store
 
 
+def hosted_actors() -> dict[str, tuple[tuple[str, str], str]]:
+    """Every database and value-index actor the cluster has known, alive or not: id -> ((its set's prefix, its
+    database or "index"), its class)."""
+    from ray.util.state import list_actors
+
+    out = {}
+    for kind in ("DatabaseShard", "ValueIndexActor"):
+        for a in list_actors(filters=[("class_name", "=", kind)], limit=10_000, raise_on_missing_output=False):
+            if a.name:        # `<set prefix>/db/<db_id>/<replica>` or `<set prefix>/index`
+                parts = a.name.split("/")
+                out[a.actor_id] = ((parts[0], parts[2] if parts[1] == "db" else "index"), kind)
+    return out
+
+
 def _command(store, ray_cluster, shared_world, tmp_path, url, clinsql_tasks):
     """The issue's command, `suite=quick 'models=[gpt-4o,o4-mini]'`, both models (and the two judges the papers
     use) pointed at the fake server; ClinSQL on tasks written for the tests' small world, AgentEHR's trajectories cut
@@ -72,8 +86,10 @@ def test_a_suite_of_five_benchmarks_and_two_models_runs_in_one_command_and_resum
         assert parent.info.status == "KILLED"
         assert mlflow.get_experiment_by_name("physassist") is None          # stopped in its first child
 
+        before = set(hosted_actors())
         again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, timeout=1200)
         assert again.returncode == 0, again.stderr[-3000:]
+        hosted = {a: n for a, n in hosted_actors().items() if a not in before}      # what the resumed suite started
     finally:
         server.stop()
     board = again.stdout[again.stdout.index("suite quick: leaderboard"):]
@@ -103,6 +119,13 @@ def test_a_suite_of_five_benchmarks_and_two_models_runs_in_one_command_and_resum
         for model in ("gpt-4o", "o4-mini"):
             assert m[f"{b}/{model}/{metric}/low"] <= m[f"{b}/{model}/{metric}"] <= m[f"{b}/{model}/{metric}/high"]
     assert m["clinsql/gpt-4o/exec_score"] == 100.0 and m["ehrchatqa/gpt-4o/SR-2"] == 0.0   # the fake judge passes
+    # one set of hosted databases and indexes per world for the whole suite: every (kind, key) started once, though
+    # ten children (two models, one after the other and side by side) used them
+    instances: dict[str, set] = {}
+    for (prefix, what), kind in hosted.values():       # prefix: ehrbench-<the set's key>-<this instance>
+        instances.setdefault(f"{kind} {prefix.rsplit('-', 1)[0]} {what}", set()).add(prefix)
+    assert instances and all(len(v) == 1 for v in instances.values()), instances
+    assert len([k for k in instances if k.startswith("DatabaseShard")]) < len(children)   # fewer than the runs
     asked = Counter(r.body.get("model") for r in server.requests)
     assert asked["gpt-4o"] > 0 and asked["o4-mini"] > 0 and asked["gpt-5-chat-latest"] > 0
     assert all("temperature" not in r.body for r in server.requests if r.body.get("model") == "o4-mini")

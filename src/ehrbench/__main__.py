@@ -141,7 +141,8 @@ def prepare_databases(resources: Resources, conf: RunConfig) -> dict[str, str]:
             own = conf.data.files[db_id]
             if duck and not own.endswith((".duckdb", ".ddb")):
                 raise ConfigurationError(f"data.{db_id}.path={own!r}: {db_id} is queried in DuckDB; point it at a "
-                                         "DuckDB file (.duckdb) with the mimiciv_* schemas (README, ClinSQL)")
+                                         "DuckDB file (.duckdb) with the mimiciv_* schemas "
+                                         "(docs/benchmarks/clinsql.md)")
             check_duckdb_file(db_id, own) if duck else check_database_file(db_id, own)
             paths[db_id] = own
             log.info("database %s: your file %s", db_id, own)
@@ -167,13 +168,13 @@ def connect_ray(conf: RunConfig, bench) -> None:
 
 
 def start_runtime_on_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, settings: TrialSettings,
-                         index_values: dict | None = None, run: str | None = None, n_tasks: int | None = None):
+                         index_values: dict | None = None, n_tasks: int | None = None):
     from .runtime.runner import build_indexes, start_runtime, start_workers
 
     with_index = bool(resources.indexed_columns or index_values)
     runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=with_index,
                             embedder=conf.data.embedder, with_memory=resources.memory,
-                            services=service_shards(resources, n_tasks), settings=settings, run=run)
+                            services=service_shards(resources, n_tasks), settings=settings)
     embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns, index_values)
     settings = start_workers(runtime, settings, conf.runtime)
     return runtime, embedded, settings
@@ -405,7 +406,7 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
             settings = with_fields(settings, budget={"run": identity, "guesses": {
                 line.role: line.cost_usd / line.calls for line in lines if line.calls}})
         runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings,  # 3. runtime
-                                                           bench.index_values(all_tasks), identity, len(tasks))
+                                                           bench.index_values(all_tasks), len(tasks))
 
         run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
         checkpoint = open_checkpoint(Path(conf.tracking.root) / "runs" / identity, conf.run.resume)   # 4. run

@@ -135,7 +135,7 @@ def rescore(ref: str, overrides: list[str], tracking_uri: str, ask_graders: bool
     by_key = {t.key: t for t in all_tasks}
     identity = run_identity(params, digest)
     runtime, _, settings = main.start_runtime_on_ray(conf, paths, resources, settings, bench.index_values(all_tasks),
-                                                     f"rescore-{identity}", len({r.task_key for r in records}))
+                                                     len({r.task_key for r in records}))
     try:
         rescored, problems, calls = replay_all(runtime.workers, by_key, records, to_replay, ask)
     finally:

@@ -8,7 +8,9 @@ would, and runs it with `evaluate` in this process, on this Ray cluster: the chi
 logs (same identity), so a suite killed mid-way continues child by child and trial by trial, and reuses a run that
 finished alone. `suite.concurrent_runs` children run side by side, in threads of this one driver: their trials
 share its Ray cluster and its rate limiter actors, one per model, so two benchmarks on one model never pass its
-limit together (their set-up steps take turns, `__main__.SETUP_LOCK`).
+limit together (their set-up steps take turns, `__main__.SETUP_LOCK`). Every child over the same database file
+uses the same hosted database actors, and every child over the same databases the same value index, for the whole
+suite (`runtime/shared.py`).
 
 The parent run (experiment `suite`, found again by the suite's identity: its entries, models and overrides) is
 tagged on each child (`mlflow.parentRunId`) and holds the leaderboard over them (`leaderboard.py`): the table
@@ -95,6 +97,7 @@ def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose, stop: th
     `evaluate(child_cfg, parent_run_id, overrides)` runs one child (the main job's); `compose(overrides)` builds its
     config as the command would; `stop`, once set, stops every child running (their runs KILLED, resumable)."""
     from . import leaderboard
+    from .runtime.shared import kept
 
     children = plan(cfg, overrides)
     suite_id = identity(cfg, children)
@@ -129,10 +132,11 @@ def run_suite(cfg: DictConfig, overrides: list[str], evaluate, compose, stop: th
         return evaluate(configs[i], parent_run_id=parent, overrides=child_overrides)
 
     try:
-        if at_once == 1:
-            results = [child(i) for i in range(len(children))]
-        else:
-            results = _side_by_side(child, len(children), at_once, stop)
+        with kept():                 # one set of hosted databases and indexes per world, for every child
+            if at_once == 1:
+                results = [child(i) for i in range(len(children))]
+            else:
+                results = _side_by_side(child, len(children), at_once, stop)
         runs = [client.get_run(r.run_id) for r in results]
         cells = leaderboard.collect(client, runs)
         reports = Path(results[0].reports_root) / f"suite-{parent}"

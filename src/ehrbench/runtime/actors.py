@@ -39,8 +39,11 @@ ROLE_RESOURCES = {"trials": "ehrbench_trials", "data": "ehrbench_data", "users":
 
 @dataclass(frozen=True)
 class ActorNames:
-    """The names of one run's shared actors: `<prefix>/db/<db_id>/<replica>`, `<prefix>/index`, `<prefix>/user/<i>`."""
+    """The names of one run's shared actors: `<prefix>/db/<db_id>/<replica>`, `<prefix>/index`, `<prefix>/user/<i>`.
+    Databases and the index may be hosted sets the run shares with others of its driver (`shared.py`): they are
+    named under their set's own prefix (`hosted`)."""
     prefix: str = field(default_factory=lambda: f"ehrbench-{uuid.uuid4().hex[:10]}")
+    hosted: dict = field(default_factory=dict)      # ("db", db_id) or ("index",) -> the hosted set's prefix
     replicas: dict = field(default_factory=dict)    # db_id -> replicas
     users: int = 0
     index_hosted: bool = True                       # False: the benchmark embeds nothing
@@ -58,11 +61,11 @@ class ActorNames:
         return out
 
     def database(self, db_id: str, i: int) -> str:
-        return f"{self.prefix}/db/{db_id}/{i}"
+        return f"{self.hosted.get(('db', db_id), self.prefix)}/db/{db_id}/{i}"
 
     @property
     def index(self) -> str:
-        return f"{self.prefix}/index"
+        return f"{self.hosted.get(('index',), self.prefix)}/index"
 
     def user(self, i: int) -> str:
         return f"{self.prefix}/user/{i}"
@@ -96,7 +99,8 @@ class DatabaseShard(Placed):
 
         if not os.path.exists(path):          # on another machine than the one that built it
             raise FileNotFoundError(f"database file {path} is not on node {self.node()}: on a cluster of several "
-                                    "machines put data.root on a volume every node mounts (README, Several nodes)")
+                                    "machines put data.root on a volume every node mounts (docs/clusters.md, "
+                                    "Several nodes)")
         self.db = open_database(path, db_id)
 
     def table_names(self):
@@ -147,7 +151,7 @@ def start_services(services: dict[str, int], settings: TrialSettings, paths: dic
 @ray.remote(max_restarts=3, max_task_retries=3)
 class ValueIndexActor(Placed):
     """Holds the embedding model and every FAISS index; asks Ray for a GPU when the cluster has one. Restarted (its
-    node lost), it serves the run's columns again from the cache, by the run's manifest (`ValueIndex.manifest`)."""
+    node lost), it serves its columns again from the cache, by its manifest (`ValueIndex.manifest`)."""
 
     def __init__(self, cache_dir: str, embedder: dict | None = None, manifest: str | None = None):
         import os

@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import ray
@@ -25,13 +25,16 @@ from ..trial import Termination, TrialRecord
 from .actors import (ROLE_RESOURCES, ActorNames, start_database, start_memory, start_services,
                      start_trial_workers, start_user_simulators, start_value_index)
 from .rate_limits import start_rate_limiters
+from .shared import acquire, hosted_key
+from .shared import release as shared_release
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Runtime:
-    """The actors of one run (held here, so they live as long as the run)."""
+    """The actors of one run (held here, so they live as long as the run). Its databases and index are hosted sets
+    it may share with the driver's other runs (`shared`, their keys), released when it ends (`release`)."""
     names: ActorNames
     databases: dict[str, list]
     index: object
@@ -40,26 +43,41 @@ class Runtime:
     workers: list = field(default_factory=list)
     users: list = field(default_factory=list)
     limiters: dict = field(default_factory=dict)
+    shared: list = field(default_factory=list)          # (key, what the last run out does with the set)
 
 
 def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptions = RuntimeOptions(),
                   with_index: bool = True, embedder: dict | None = None, with_memory: bool = False,
-                  services: dict[str, int] | None = None, settings: TrialSettings | None = None,
-                  run: str | None = None) -> Runtime:
-    """Database shards, the value index, the shared memory, the benchmark's services (built from `settings`) and
-    user simulators; trial workers come once the settings are final. `run` (the run's identity, as its checkpoint
-    folder) names the value index's manifest: a resumed run writes the same one again."""
+                  services: dict[str, int] | None = None, settings: TrialSettings | None = None) -> Runtime:
+    """Database shards and the value index (shared with the driver's other runs over the same files: a suite's
+    children), the run's own shared memory, the benchmark's services (built from `settings`) and user simulators;
+    trial workers come once the settings are final."""
     names = ActorNames(replicas={db_id: options.db_replicas for db_id in paths}, users=options.user_simulators,
                        index_hosted=with_index, memory_hosted=with_memory, services=dict(services or {}),
                        placement=options.placement)
     check_placement(names, bool(paths or services or with_memory))
-    return Runtime(names, {db_id: start_database(p, db_id, options.db_replicas, names=names)
-                           for db_id, p in paths.items()},
-                   start_value_index(index_cache, names.index, embedder, names, run or names.prefix)
-                   if with_index else None,
-                   start_memory(names) if with_memory else None,
-                   start_services(names.services, settings, paths, names) if names.services else {},
-                   users=start_user_simulators(names))
+    runtime = Runtime(names, {}, None)
+    try:
+        for db_id, path in paths.items():
+            key = hosted_key("db", db_id, path, options.db_replicas, options.placement)
+            got = acquire(key, lambda prefix: start_database(path, db_id, options.db_replicas,
+                                                             names=replace(names, prefix=prefix)))
+            runtime.shared.append((key, None))
+            names.hosted[("db", db_id)], runtime.databases[db_id] = got.prefix, got.handles
+        if with_index:
+            # its manifest (what a restarted index reloads) is named by the set's key, which holds this driver's
+            # job: no other driver's run drops it while this one needs it
+            key = hosted_key("index", index_cache, embedder, sorted(paths.items()), options.placement)
+            got = acquire(key, lambda prefix: start_value_index(index_cache, f"{prefix}/index", embedder, names, key))
+            runtime.shared.append((key, _forget))
+            names.hosted[("index",)], runtime.index = got.prefix, got.handles
+        runtime.memory = start_memory(names) if with_memory else None
+        runtime.services = start_services(names.services, settings, paths, names) if names.services else {}
+        runtime.users = start_user_simulators(names)
+    except BaseException:
+        release(runtime)
+        raise
+    return runtime
 
 
 def check_placement(names: ActorNames, has_data: bool) -> None:
@@ -75,8 +93,8 @@ def check_placement(names: ActorNames, has_data: bool) -> None:
     if missing:
         raise ConfigurationError(
             f"runtime.placement=roles: no node of the cluster offers {missing}; start the nodes that should hold "
-            f"them with ray start --address=<head> --resources='{{\"{missing[0]}\": 1000}}' (README, On a Ray "
-            "cluster), or run with runtime.placement=spread")
+            f"them with ray start --address=<head> --resources='{{\"{missing[0]}\": 1000}}' (docs/clusters.md), "
+            "or run with runtime.placement=spread")
 
 
 def placement(runtime: Runtime, wait_s: float = 60.0) -> dict[str, dict[str, str]]:
@@ -120,12 +138,18 @@ def start_workers(runtime: Runtime, settings: TrialSettings, options: RuntimeOpt
 
 
 def release(runtime: Runtime) -> None:
-    """The run is over: the value index forgets the run's manifest (its cached indexes stay)."""
-    if runtime.index is not None:
-        try:
-            ray.get(runtime.index.forget.remote(), timeout=30)
-        except ray.exceptions.RayError as e:
-            log.warning("the value index could not drop its manifest: %s", e)
+    """The run is over: it lets go of its hosted sets; the last run out of the value index has it drop its
+    manifest (the cached indexes stay)."""
+    for key, on_last in runtime.shared:
+        shared_release(key, on_last)
+    runtime.shared = []
+
+
+def _forget(index) -> None:
+    try:
+        ray.get(index.forget.remote(), timeout=30)
+    except ray.exceptions.RayError as e:
+        log.warning("the value index could not drop its manifest: %s", e)
 
 
 def build_indexes(databases: dict[str, list], index_handle, indexed_columns: dict[str, dict[str, list[str]]],
@@ -141,6 +165,7 @@ def build_indexes(databases: dict[str, list], index_handle, indexed_columns: dic
         pending.append((f"{db_id}.{table}.{column}", len(found), found))
     pending += [(".".join(where), len(v), list(v)) for where, v in (values or {}).items()]
     total = sum(n for _, n, _ in pending)
+    before = ray.get(index_handle.embedded_values.remote())     # a shared index counts other runs' embedding too
     with tqdm(total=total, desc="value indexes", unit="value", unit_scale=True) as bar:
         for name, n, values in pending:
             bar.set_postfix_str(name)
@@ -150,7 +175,7 @@ def build_indexes(databases: dict[str, list], index_handle, indexed_columns: dic
                 left = ray.get(index_handle.step.remote())
                 bar.update(remaining - left)
                 remaining = left
-    return ray.get(index_handle.embedded_values.remote())
+    return ray.get(index_handle.embedded_values.remote()) - before
 
 
 @dataclass
