@@ -6,14 +6,15 @@ BIN     := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+export NO_MKDOCS_2_WARNING := 1
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,docs]'
 	touch $@
 
-.PHONY: install run test bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-clinsql-tasks bench-agentehr bench-physassist bench-physassist-sessions bench-rate-limits bench-scaleout clean
+.PHONY: install run test docs docs-serve docs-screenshots bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-clinsql-tasks bench-agentehr bench-physassist bench-physassist-sessions bench-rate-limits bench-scaleout clean
 install: $(BIN)/.installed
 
 run: install
@@ -21,6 +22,15 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest -q $(ARGS)
+
+docs: install
+	$(BIN)/mkdocs build --strict
+
+docs-serve: install
+	$(BIN)/mkdocs serve --strict
+
+docs-screenshots: install
+	$(BIN)/python scripts/docs_screenshots.py $(ARGS)
 
 bench: install
 	$(BIN)/python bench/bench_world.py $(ARGS)

@@ -9,7 +9,7 @@ Each cluster is started as an operator would (tests/multinode.py: `jobs/start-ra
 model and user on it (`runtime.placement=roles`): trials in flight, calls/s achieved against the ideal
 (in flight / latency), and the harness's own cost per trial with zero latency. Every node shares this machine's
 cores, memory and loopback network, so the figures show what spreading costs the harness, not what more machines
-would add (README, On a Ray cluster).
+would add (docs/clusters.md).
 """
 from __future__ import annotations
 

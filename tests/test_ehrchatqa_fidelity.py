@@ -2,7 +2,7 @@
 when run outside the project on small inputs (`get_action` with a scripted completion, `qwen_parse_tool_calls`,
 `metric.py` and `run.py`'s resume arithmetic, `sql_execute` through `Env.step`, the validator's shortcut); ehrbench
 must do the same under `benchmark.contract=original`, through the real openai client and the loopback fake server
-where a model is involved. Where it deliberately differs, the test says so and the README lists it."""
+where a model is involved. Where it deliberately differs, the test says so and docs/benchmarks/ehrchatqa.md lists it."""
 from __future__ import annotations
 
 import asyncio
@@ -76,7 +76,8 @@ SCENARIOS = {   # the fixture's scenario -> what the fake server answers (the sa
 }
 ELSEWHERE = {   # scenarios this test cannot replay, and where they are covered
     "empty_choices": "ehrbench retries an HTTP 200 without choices as a provider glitch (the original passes an empty "
-                     "reply on): a deliberate difference in the README; test_llm_clients covers the retry",
+                     "reply on): a deliberate difference in docs/benchmarks/ehrchatqa.md; test_llm_clients covers the "
+                     "retry",
     "two_parallel_tool_calls": "the fake server sends one call a reply; ehrbench asks for parallel_tool_calls=false "
                                "and keeps the first call, as the original (test_llm_clients)",
 }
@@ -161,7 +162,8 @@ def test_metrics_are_metric_py_s_or_withheld_where_it_refuses_and_a_resume_rerun
     """(Case E, six scored trials of a task for k=5, cannot arise here: a run of k trials reports trials 0..k-1.)
     A trial with reward None is one the validator rejected to the end. Where metric.py computes, the report's
     figures are its figures; where it raises, the report withholds them (`partial/` metrics, no headline); a task
-    whose every trial is None, which metric.py silently leaves out, is withheld too (a difference the README lists).
+    whose every trial is None, which metric.py silently leaves out, is withheld too (a difference
+    docs/benchmarks/ehrchatqa.md lists).
     A resume runs again exactly the trials run.py's resume runs again."""
     k = case["k"]
     tasks = [_task(key) for key in case["rewards_by_task"]]

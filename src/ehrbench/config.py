@@ -74,11 +74,11 @@ class RuntimeOptions:
 @dataclass(frozen=True)
 class DataOptions:
     """`conf/data/*.yaml`: the synthetic world, where built files go, and user-supplied database files."""
-    seed: int = field(default=0, metadata=rule(int, low=0))
-    scale: float = field(default=1.0, metadata=rule(float, above=0))
+    seed: int = field(default=0, metadata=rule(int, low=0))             # the world's seed: another world, same shape
+    scale: float = field(default=1.0, metadata=rule(float, above=0))    # patients x scale (1: 100 MIMIC-IV* patients)
     dictionary: str = field(default="full", metadata=rule(str, choices=("full", "used")))
-    root: str = "data/generated"
-    index_cache: str = "data/generated/value_index"
+    root: str = "data/generated"                      # where built database files go (cached by content)
+    index_cache: str = "data/generated/value_index"   # where the value indexes go (cached by content)
     files: dict = field(default_factory=dict)      # db id -> a user's own database file (`data.<db>.path`)
     embedder: dict = field(default_factory=dict)   # value_similarity_search's embeddings: provider, model, base_url
 
@@ -171,8 +171,8 @@ class TrialLimits:
 @dataclass(frozen=True)
 class ValidatorOptions:
     """`conf/validator/*.yaml`: the simulation validator's sampling and re-runs."""
-    samples: int = field(default=1, metadata=rule(int, low=1))
-    max_attempts: int = field(default=10, metadata=rule(int, low=1))
+    samples: int = field(default=1, metadata=rule(int, low=1))           # verdicts per attempt; any user_error rejects
+    max_attempts: int = field(default=10, metadata=rule(int, low=1))     # simulations run while it rejects them
 
     def __post_init__(self):
         _check(self, "validator", "conf/validator/*.yaml")
@@ -181,9 +181,9 @@ class ValidatorOptions:
 @dataclass(frozen=True)
 class UserOptions:
     """`conf/user/*.yaml`: which kind of simulated user, and the scripted one's pacing."""
-    kind: str = field(default="scripted", metadata=rule(str, choices=("scripted", "llm", "none")))
-    latency_s: float = field(default=0.0, metadata=rule(float, low=0))
-    temperature: float = field(default=1.0, metadata=rule(float, low=0))
+    kind: str = field(default="scripted", metadata=rule(str, choices=("scripted", "llm", "none")))  # none: single-turn
+    latency_s: float = field(default=0.0, metadata=rule(float, low=0))     # the scripted user waits so long per reply
+    temperature: float = field(default=1.0, metadata=rule(float, low=0))   # the LLM user's sampling
     strategy: str = field(default="reflection", metadata=rule(str, choices=("plain", "verify", "reflection")))
     on_filter_failure: str = field(default="end", metadata=rule(str, choices=("end", "rerun")))
 

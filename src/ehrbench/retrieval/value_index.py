@@ -54,8 +54,8 @@ class ValueIndex:
             self._restore()
         elif restarted and self.manifest is not None:          # restarted on a machine that does not share the cache
             raise FileNotFoundError(f"the value index's manifest {self.manifest} is not on this node: on a cluster of "
-                                    "several machines put data.index_cache on a volume every node mounts (README, "
-                                    "Several nodes)")
+                                    "several machines put data.index_cache on a volume every node mounts "
+                                    "(docs/clusters.md, Several nodes)")
 
     def _restore(self) -> None:
         """Serve every column the manifest names, from the cached files (nothing is embedded)."""

@@ -75,7 +75,7 @@ def check_database_file(db_id: str, path: str | Path) -> None:
     for table in SCHEMAS[db_id].metadata().sorted_tables:
         if table.name not in tables:
             raise ConfigurationError(f"data.{db_id}.path={str(path)!r}: table {table.name!r} is missing; the file must "
-                                     f"have the {db_id} schema (README, Bring your own database)")
+                                     f"have the {db_id} schema (docs/concepts.md, Bring your own database)")
         missing = [c.name for c in table.columns if c.name not in tables[table.name]]
         if missing:
             raise ConfigurationError(f"data.{db_id}.path={str(path)!r}: table {table.name!r} lacks column(s) "

@@ -85,7 +85,7 @@ def check_duckdb_file(db_id: str, path: str | Path) -> None:
         if name not in found:
             raise ConfigurationError(f"data.{db_id}.path={str(path)!r}: table {name} is missing; the file must have "
                                      f"MIMIC-IV's modules as schemas mimiciv_hosp, mimiciv_icu, mimiciv_derived "
-                                     "(charlson, age) and mimiciv_note (README, ClinSQL)")
+                                     "(charlson, age) and mimiciv_note (docs/benchmarks/clinsql.md)")
         missing = [c.name for c in table.columns if c.name != "row_id" and c.name not in found[name]]
         if missing:
             raise ConfigurationError(f"data.{db_id}.path={str(path)!r}: table {name} lacks column(s) "

@@ -44,8 +44,8 @@ def leaf_type(leaf_id: str) -> str:
 
 @dataclass(frozen=True)
 class Grading:
-    """How a run decides leaves (README, ClinSQL): the judge or none (offline), the original's prompt and reading
-    or ehrbench's, the checker on results leaves or not, the gold shown to the judge or not."""
+    """How a run decides leaves (docs/benchmarks/clinsql.md): the judge or none (offline), the original's prompt and
+    reading or ehrbench's, the checker on results leaves or not, the gold shown to the judge or not."""
     grader: LlmGrader | None = None
     original: bool = True
     leaf_checker: bool = False

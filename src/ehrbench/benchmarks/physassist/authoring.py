@@ -216,7 +216,7 @@ class Context:
 
 
 def persona(record: PatientRecord, admission: dict) -> dict:
-    """The patient persona by rules from the record (documented in the README):
+    """The patient persona by rules from the record (documented in docs/benchmarks/physassist.md):
     - health_literacy: low when the admission's language is not English or the patient is 75 or older, medium from
       50, else high;
     - adherence: poor when this admission is a readmission within 30 days of a discharge, else good;

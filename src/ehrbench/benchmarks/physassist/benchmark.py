@@ -10,7 +10,7 @@ evaluated; the rule grader always runs beside it, and alone (the reference, or `
 figures carry `rule_` names, never the paper's. A turn the judge cannot decide leaves the aggregates, as the
 original drops a turn whose judgement failed.
 
-Contract (`benchmark.contract`, README "PhysAssistBench"): original, the authors' code: every write created as
+Contract (`benchmark.contract`, docs/benchmarks/physassist.md): original, the authors' code: every write created as
 asked, 8 rounds of any number of parallel calls, an EHR search without `subject_id` refused as their signature check
 refuses it; ehrbench's opt-ins: `write_validation` (FHIR R4B, a refused write shows the model what to fix and is
 hidden from the graders) and `call_cap` (16 calls a turn, the paper's text).
