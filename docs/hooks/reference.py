@@ -144,6 +144,12 @@ def sections() -> dict[str, str]:
         "tracking": schema_table(config.TrackingOptions, "tracking.", "tracking/local.yaml"),
         "user": schema_table(config.UserOptions, "user.", "user/gemini-2.0-flash.yaml"),
         "validator": schema_table(config.ValidatorOptions, "validator.", "validator/auto.yaml"),
+        "suite": options_table(CONF / "suite" / "all.yaml", "suite.", skip=("name", "benchmarks")) + "\n| `suite.benchmarks` | "
+                 "the five | each entry: a `conf/benchmark` choice and the overrides its runs take, e.g. "
+                 "`suite.benchmarks.clinsql=['grader=gpt-5-chat']` |",
+        "model": options_table(CONF / "model" / "gpt-4o.yaml", "model.", skip=("name",)),
+        "grader": "\n".join(f"| `grader={c.stem}` | {_cell(first_comment(c))} |" for c in
+                            sorted((CONF / "grader").glob("*.yaml"))),
         "groups": groups(),
         "benchmarks": benchmarks(),
         "models": models(),

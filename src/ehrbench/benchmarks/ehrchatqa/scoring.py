@@ -8,9 +8,9 @@ of each message the user was shown; the answer passes if it contains every gold 
 gold row, lower-cased, integers as digits) and nothing is left once those values, the joiners and units the
 original lists, and trailing zeros are removed.
 
-One deliberate generalisation (docs/benchmarks/ehrchatqa.md, Fidelity): the original maps number words to digits
-through a table of the words its task files use ("thirty-five", "two hundred and forty-seven", ...); ehrbench maps any English cardinal,
-so the same rule holds for every task this world generates.
+One deliberate generalisation (docs/benchmarks/ehrchatqa.md, Differences from the original): the original maps
+number words to digits through a table of the words its task files use ("thirty-five", "two hundred and
+forty-seven", ...); ehrbench maps any English cardinal, so the same rule holds for every task this world generates.
 """
 from __future__ import annotations
 
