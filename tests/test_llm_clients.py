@@ -93,6 +93,14 @@ def test_response_cache_reuses_identical_requests_only(server, monkeypatch, tmp_
     assert ask("hi", 1).text == "first"          # from the cache: no request sent
     assert ask("hi", 2).text == "second"         # another seed is another request
     assert len(server.requests_for("cached-llm")) == 2 and model.hits == 1
+    later = [Message("user", "hi", t=3.5, dt=0.7), Message("assistant", "first", t=4.2, dt=1.1),
+             Message("user", "and?")]
+    server.push(Reply(text="third"), model="cached-llm")
+    assert run(model.complete(ChatRequest(later, seed=1))).text == "third"
+    for m in later:                              # the same conversation made at other times: a re-run's request
+        m.t, m.dt = m.t + 60, m.dt * 2
+    assert run(model.complete(ChatRequest(later, seed=1))).text == "third"
+    assert len(server.requests_for("cached-llm")) == 3 and model.hits == 2
 
 
 def test_bad_request_is_refused_without_retries_and_marked_as_the_requests_own_doing(model_factory, server):

@@ -1,7 +1,8 @@
 """Opt-in on-disk response cache keyed by the full request, for reproducible re-runs (`model.cache_dir=...`).
 
 The key hashes the provider, the model and every field of the request (messages, system prompt, tools,
-temperature, seed, max tokens), so a cached reply is only reused for exactly the same call. Writes are atomic.
+temperature, seed, max tokens), so a cached reply is only reused for the same call; the messages' timings and the
+provider's own parts are left out, as a re-run never has the same ones. Writes are atomic.
 """
 from __future__ import annotations
 
@@ -13,17 +14,14 @@ from pathlib import Path
 
 from ..trial import ToolCall
 from .base import ChatModel, ChatRequest, ChatResponse
+from .replay import replay_key
 
 
 def request_key(provider: str, model: str, request: ChatRequest) -> str:
-    payload = {"provider": provider, "model": model, "system": request.system, "tools": request.tools,
-               "temperature": request.temperature, "seed": request.seed, "max_tokens": request.max_tokens,
-               "response_schema": asdict(request.response_schema) if request.response_schema else None,
-               "messages": [asdict(m) for m in request.messages]}
-    for extra in ("top_p", "presence_penalty"):     # only when set: keys of calls without them stay as they were
-        if getattr(request, extra) is not None:
-            payload[extra] = getattr(request, extra)
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+    """The provider, the model and what the request asks (`replay.replay_key`: every field and every message's
+    role, text and tool call, but not when the messages were made nor the provider's own parts), so a multi-step
+    agent's later calls hit the cache on a re-run too."""
+    return hashlib.sha256(json.dumps([provider, model, replay_key(request)]).encode()).hexdigest()
 
 
 class CachedModel(ChatModel):
