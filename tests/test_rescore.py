@@ -13,6 +13,8 @@ from ehrbench.llm.usage import MeteredModel, UsageMeter
 from ehrbench.episode import first_difference
 from ehrbench.trial import Message, ToolCall
 
+from .conftest import ROOT
+
 
 class Scripted(ChatModel):
     provider = "openai-compatible"
@@ -80,3 +82,46 @@ def test_transcripts_are_compared_without_their_timings():
     b = [a[0], {**a[1], "content": "y"}]
     assert "message 1 (assistant) differs in content" in first_difference(a, b)
     assert "2 messages, the re-run 1" in first_difference(a, a[:1])
+
+
+def test_a_rescore_refuses_at_once_what_it_cannot_score_again(tmp_path, monkeypatch):
+    """Before any Ray or model work, each with its fix: a run that has not finished, a run made before ehrbench kept
+    its command, a run whose records hold no model calls, and an option that changes the trials themselves."""
+    import json
+    from dataclasses import asdict
+
+    import mlflow
+
+    from ehrbench.rescore import COMMAND_ARTIFACT, RescoreError, rescore
+    from ehrbench.trial import TrialRecord
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path)                       # the rescore goes to the run's working folder (restored after)
+    client = mlflow.MlflowClient(uri)
+    experiment = client.create_experiment("ehrchatqa", artifact_location=str(tmp_path / "artifacts"))
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps(asdict(TrialRecord("mimic_iv_star/incre/1", 0, "user_stop", 1.0))) + "\n")
+    command = tmp_path / COMMAND_ARTIFACT
+    command.write_text(json.dumps({"overrides": ["benchmark=ehrchatqa_mimic", "model=gpt-4o",
+                                                 f"tracking.root={tmp_path / 'mlruns'}"], "cwd": str(ROOT)}))
+
+    def run(status: str, *artifacts) -> str:
+        run_id = client.create_run(experiment).info.run_id
+        for path in artifacts:
+            client.log_artifact(run_id, str(path))
+        if status != "RUNNING":
+            client.set_terminated(run_id, status)
+        return run_id
+
+    running, old = run("RUNNING", command, records), run("FINISHED", records)
+    no_calls = run("FINISHED", command, records)
+    with pytest.raises(RescoreError, match="is RUNNING: finish it first"):
+        rescore(running, ["benchmark.contract=ehrbench"], uri)
+    with pytest.raises(RescoreError, match="has no command.json: it was made before ehrbench kept what a rescore"):
+        rescore(old, ["benchmark.contract=ehrbench"], uri)
+    with pytest.raises(RescoreError, match="its records hold no model calls"):
+        rescore(no_calls, ["benchmark.contract=ehrbench"], uri)
+    with pytest.raises(RescoreError, match="'trials' changes the trials themselves"):
+        rescore(no_calls, ["trials=3"], uri)
+    with pytest.raises(RescoreError, match="not found in this store"):
+        rescore("ffffffff", ["benchmark.contract=ehrbench"], uri)
