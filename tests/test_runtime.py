@@ -379,6 +379,13 @@ def test_runs_of_one_driver_share_the_hosted_data_over_the_same_files_and_the_la
     manifests = lambda: set((tmp_path / "vi" / "manifests").glob("*.json"))  # noqa: E731
     ours = lambda: {k: n for k, n in hosted_now().items() if k not in before}  # noqa: E731
     before = hosted_now()
+
+    def gone(actor_id: str) -> None:
+        deadline = time.monotonic() + 60
+        while get_actor(actor_id).state != "DEAD":                          # Ray ends the actors no one holds
+            assert time.monotonic() < deadline, f"actor {actor_id} outlived the last run that used it"
+            time.sleep(0.5)
+
     first = start_runtime(paths, str(tmp_path / "vi"), options)
     assert build_indexes(first.databases, first.index, columns) > 0           # embedded once
     second = start_runtime(paths, str(tmp_path / "vi"), options)
@@ -399,17 +406,30 @@ def test_runs_of_one_driver_share_the_hosted_data_over_the_same_files_and_the_la
     release(alone)
     assert manifests() == set() and ours() == {}
     del first, second, alone
-    deadline = time.monotonic() + 60
-    while get_actor(index).state != "DEAD":                                 # Ray ends the actors no one holds
-        assert time.monotonic() < deadline, "the index actor outlived the last run that used it"
-        time.sleep(0.5)
+    gone(index)
 
+    eicu = {"eicu_star": paths["eicu_star"]}
     with kept():
-        one = start_runtime({"eicu_star": paths["eicu_star"]}, str(tmp_path / "vi"), options, with_index=False)
-        shard = one.databases["eicu_star"][0]
+        one = start_runtime(eicu, str(tmp_path / "vi"), options)
+        shard, index = one.databases["eicu_star"][0]._actor_id, one.index._actor_id.hex()
+        shard_name = one.names.database("eicu_star", 0)
         release(one)
-        assert list(ours().values()) == [0]                                 # up, used by no run, kept
-        two = start_runtime({"eicu_star": paths["eicu_star"]}, str(tmp_path / "vi"), options, with_index=False)
-        assert two.databases["eicu_star"][0]._actor_id == shard._actor_id   # the next run finds the same actor
+        del one                                                             # only the registry holds them now
+        assert sorted(ours().values()) == [0, 0]                            # up, used by no run, kept
+        two = start_runtime(eicu, str(tmp_path / "vi"), options, with_index=False)
+        assert two.databases["eicu_star"][0]._actor_id == shard             # the next run finds the same actor
         release(two)
-    assert ours() == {}
+        del two
+        # another index while the kept one is idle: the idle one goes first (it must not hold a GPU from the next)
+        three = start_runtime({"mimic_iv_star": paths["mimic_iv_star"]}, str(tmp_path / "vi"), options)
+        gone(index)
+        assert sorted(ours().values()) == [0, 1, 1]                         # eicu kept; mimic and its index in use
+        release(three)
+        # a kept database whose actor died for good is replaced, never handed to the next run
+        ray.kill(ray.get_actor(shard_name), no_restart=True)
+        gone(shard.hex())
+        four = start_runtime(eicu, str(tmp_path / "vi"), options, with_index=False)
+        assert four.databases["eicu_star"][0]._actor_id != shard
+        assert ray.get(four.databases["eicu_star"][0].table_names.remote())
+        release(four)
+    assert ours() == {} and manifests() == set()                            # the suite's end lets every set go

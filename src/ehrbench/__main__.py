@@ -169,14 +169,18 @@ def connect_ray(conf: RunConfig, bench) -> None:
 
 def start_runtime_on_ray(conf: RunConfig, paths: dict[str, str], resources: Resources, settings: TrialSettings,
                          index_values: dict | None = None, n_tasks: int | None = None):
-    from .runtime.runner import build_indexes, start_runtime, start_workers
+    from .runtime.runner import build_indexes, release, start_runtime, start_workers
 
     with_index = bool(resources.indexed_columns or index_values)
     runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=with_index,
                             embedder=conf.data.embedder, with_memory=resources.memory,
                             services=service_shards(resources, n_tasks), settings=settings)
-    embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns, index_values)
-    settings = start_workers(runtime, settings, conf.runtime)
+    try:
+        embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns, index_values)
+        settings = start_workers(runtime, settings, conf.runtime)
+    except BaseException:
+        release(runtime)                  # the hosted sets it took go back, so a suite's next child is not held
+        raise
     return runtime, embedded, settings
 
 
@@ -408,19 +412,24 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
         runtime, embedded, settings = start_runtime_on_ray(conf, paths, resources, settings,  # 3. runtime
                                                            bench.index_values(all_tasks), len(tasks))
 
-        run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
-        checkpoint = open_checkpoint(Path(conf.tracking.root) / "runs" / identity, conf.run.resume)   # 4. run
-        records: list[TrialRecord] = checkpoint.load()
-        done = checkpoint.finished(records)
-        if done:
-            log.info("resuming run %s: %d trials already finished", identity, len(done))
-        tracker, store_uri = open_tracker(conf, params, run_name, checkpoint, identity)
-        if parent_run_id:
-            tracker.set_tags({"mlflow.parentRunId": parent_run_id})
-        if tracker.resumed and tracker.traces_during_trials and (missing := tracker.log_missing_traces(records)):
-            log.info("resuming: %d checkpointed trials had no trace yet; writing them", missing)
-        reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
-        fill_memory(runtime.memory, records)          # a resumed run's shared memory, as its finished trials left it
+        try:                                  # the runtime's hosted sets are let go if the run cannot start
+            run_name = conf.run.run_name or f"{bench.name}-{settings.agent}-{cfg.model.name}-{cfg.user.name}"
+            checkpoint = open_checkpoint(Path(conf.tracking.root) / "runs" / identity, conf.run.resume)  # 4. run
+            records: list[TrialRecord] = checkpoint.load()
+            done = checkpoint.finished(records)
+            if done:
+                log.info("resuming run %s: %d trials already finished", identity, len(done))
+            tracker, store_uri = open_tracker(conf, params, run_name, checkpoint, identity)
+            if parent_run_id:
+                tracker.set_tags({"mlflow.parentRunId": parent_run_id})
+            if tracker.resumed and tracker.traces_during_trials and \
+                    (missing := tracker.log_missing_traces(records)):
+                log.info("resuming: %d checkpointed trials had no trace yet; writing them", missing)
+            reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
+            fill_memory(runtime.memory, records)      # a resumed run's shared memory, as its finished trials left it
+        except BaseException:
+            release(runtime)
+            raise
 
     def on_record(record: TrialRecord) -> None:
         checkpoint.append(record)  # on disk first: a crash after this line loses nothing

@@ -92,8 +92,8 @@ class ValueIndex:
 
     def _install(self, where: tuple[str, str, str], index: faiss.Index, values: list[str], key: str) -> None:
         self._columns[where] = (_to_gpu_if_available(index), values)
-        if self.manifest is not None and self._keys.get(where) != key:
-            self._keys[where] = key
+        changed, self._keys[where] = self._keys.get(where) != key, key
+        if self.manifest is not None and changed:
             self.manifest.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.manifest.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps([[*w, k] for w, k in self._keys.items()]))
@@ -132,7 +132,9 @@ class ColumnBuild:
         self._vectors: list[np.ndarray] = []
         self.done = 0
         index_file, values_file = owner._files(self.key)
-        if index_file.exists() and values_file.exists():
+        if owner._keys.get(where) == self.key and where in owner._columns:
+            self.done = len(values)       # already served (a shared index, another run's build): nothing to load
+        elif index_file.exists() and values_file.exists():
             owner._install(where, faiss.read_index(str(index_file)), values, self.key)
             self.done = len(values)
         elif not values:

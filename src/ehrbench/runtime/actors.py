@@ -35,6 +35,7 @@ from .hosts import ActorHost, PatientRouter, ServiceHost, through_restarts
 
 ROLE_RESOURCES = {"trials": "ehrbench_trials", "data": "ehrbench_data", "users": "ehrbench_users",
                   "index": "ehrbench_index"}
+INDEX_GPU_SHARE = 0.25      # of one GPU per value index: four indexes (all-MiniLM-L6-v2 and their FAISS columns) to a GPU
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,9 @@ class TrialWorker(Placed):
 def start_value_index(cache_dir: str, name: str | None = None, embedder: dict | None = None,
                       names: ActorNames | None = None, manifest: str | None = None):
     local = (embedder or {}).get("provider", "local") == "local"     # an API embedder needs no GPU
-    gpus = 1 if local and ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    # a share of one GPU, not all of it: a suite's children side by side may each hold an index (EHR-ChatQA's and
+    # AgentEHR's differ), and the small embedding model and the indexes fit one GPU together
+    gpus = INDEX_GPU_SHARE if local and ray.cluster_resources().get("GPU", 0) >= 1 else 0
     place = names.place("index") if names else {}
     # num_cpus=0: an actor given any resource (num_gpus, even 0) would otherwise hold a CPU for its lifetime, and
     # a suite's children side by side would hold every CPU of a small machine with their indexes, leaving none to

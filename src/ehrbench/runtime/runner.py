@@ -61,14 +61,17 @@ def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptio
         for db_id, path in paths.items():
             key = hosted_key("db", db_id, path, options.db_replicas, options.placement)
             got = acquire(key, lambda prefix: start_database(path, db_id, options.db_replicas,
-                                                             names=replace(names, prefix=prefix)))
+                                                             names=replace(names, prefix=prefix)),
+                          kind="db", alive=answers)
             runtime.shared.append((key, None))
             names.hosted[("db", db_id)], runtime.databases[db_id] = got.prefix, got.handles
         if with_index:
-            # its manifest (what a restarted index reloads) is named by the set's key, which holds this driver's
-            # job: no other driver's run drops it while this one needs it
+            # its manifest (what a restarted index reloads) is named by the set's own prefix: no other set, this
+            # driver's or another's, drops it while this one needs it
             key = hosted_key("index", index_cache, embedder, sorted(paths.items()), options.placement)
-            got = acquire(key, lambda prefix: start_value_index(index_cache, f"{prefix}/index", embedder, names, key))
+            got = acquire(key, lambda prefix: start_value_index(index_cache, f"{prefix}/index", embedder, names,
+                                                                prefix),
+                          kind="index", alive=answers, alone=True)
             runtime.shared.append((key, _forget))
             names.hosted[("index",)], runtime.index = got.prefix, got.handles
         runtime.memory = start_memory(names) if with_memory else None
@@ -143,6 +146,18 @@ def release(runtime: Runtime) -> None:
     for key, on_last in runtime.shared:
         shared_release(key, on_last)
     runtime.shared = []
+
+
+def answers(handles) -> bool:
+    """A kept set's actors still answer: False once one is gone for good (its restarts spent); one still restarting
+    counts as there (its calls wait for it, as any run's would)."""
+    try:
+        ray.get([h.node.remote() for h in (handles if isinstance(handles, list) else [handles])], timeout=60)
+    except ray.exceptions.RayActorError:
+        return False
+    except ray.exceptions.GetTimeoutError:
+        pass
+    return True
 
 
 def _forget(index) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import uuid
 from contextlib import contextmanager
@@ -24,12 +25,15 @@ from typing import Callable
 
 import ray
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class Hosted:
     """One hosted set: its name prefix, its handles (held here while a run uses them) and how many runs do."""
     prefix: str
     handles: object
+    kind: str = ""
     users: int = 1
     on_last: Callable[[object], None] | None = None      # what the last run out asked for, done when it goes
 
@@ -45,13 +49,33 @@ def hosted_key(*parts) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def acquire(key: str, start: Callable[[str], object]) -> Hosted:
-    """The set under `key`, started (`start(prefix)` returns its handles) by the first run that asks for it."""
+def acquire(key: str, start: Callable[[str], object], kind: str = "", alive: Callable[[object], bool] | None = None,
+            alone: bool = False) -> Hosted:
+    """The set under `key`, started (`start(prefix)` returns its handles) by the first run that asks for it.
+
+    A set a suite kept up with no run using it is first checked (`alive(handles)`): one whose actors are gone for
+    good (their restarts spent) is replaced, not handed to the next run. `alone`: before a new set of this `kind`
+    starts, the kept sets of the same kind that no run uses go (a value index asks for the cluster's GPU: an idle one
+    must not hold it from the next)."""
     with _LOCK:
-        if key in _HOSTED:
-            _HOSTED[key].users += 1
-            return _HOSTED[key]
-    hosted = Hosted(f"ehrbench-{key[:10]}-{uuid.uuid4().hex[:6]}", None)
+        hosted = _HOSTED.get(key)
+        if hosted is not None and hosted.users > 0:
+            hosted.users += 1
+            return hosted
+    if hosted is not None:                       # kept up by a suite, used by no run
+        if alive is None or alive(hosted.handles):
+            with _LOCK:
+                hosted.users += 1
+            return hosted
+        with _LOCK:
+            _HOSTED.pop(key, None)
+        hosted.on_last = None                    # its actors are gone: nothing to ask of them
+        _let_go(hosted)
+    if alone:
+        with _LOCK:
+            idle = [_HOSTED.pop(k) for k, h in list(_HOSTED.items()) if h.kind == kind and h.users <= 0]
+        _let_go_all(idle)
+    hosted = Hosted(f"ehrbench-{key[:10]}-{uuid.uuid4().hex[:6]}", None, kind)
     hosted.handles = start(hosted.prefix)       # outside the lock: starting actors can take seconds
     with _LOCK:
         if key in _HOSTED:                      # another thread started the same set meanwhile: use the first
@@ -82,6 +106,15 @@ def _let_go(hosted: Hosted) -> None:
     hosted.handles = None
 
 
+def _let_go_all(sets: list[Hosted]) -> None:
+    """Each set goes, whatever the one before it raised (logged): one failing clean-up keeps no other set up."""
+    for hosted in sets:
+        try:
+            _let_go(hosted)
+        except Exception as e:  # noqa: BLE001 - a clean-up that failed is reported, never a reason to keep others
+            log.warning("could not let hosted set %s go cleanly: %s", hosted.prefix, e)
+
+
 @contextmanager
 def kept():
     """Every set started inside stays up until the block ends (a suite: the next child over the same files finds
@@ -94,8 +127,7 @@ def kept():
         with _LOCK:
             _KEEPERS[0] -= 1
             idle = [] if _KEEPERS[0] else [_HOSTED.pop(k) for k, h in list(_HOSTED.items()) if h.users <= 0]
-        for hosted in idle:
-            _let_go(hosted)
+        _let_go_all(idle)
 
 
 def hosted_now() -> dict[str, int]:
