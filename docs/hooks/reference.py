@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import re
 from pathlib import Path
 
@@ -47,12 +48,14 @@ def _rule_text(meta: dict) -> str:
 
 
 def _default(f) -> str:
+    """A field's default as the conf files write it (null, true, 256, spread)."""
     if f.default is not dataclasses.MISSING:
-        return "null" if f.default is None else repr(f.default).replace("'", "") if isinstance(f.default, str) \
-            else str(f.default).lower() if isinstance(f.default, bool) else str(f.default)
-    if f.default_factory is not dataclasses.MISSING:
-        return str(f.default_factory())
-    return ""
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def schema_table(cls, prefix: str, conf_file: str | None = None) -> str:

@@ -9,8 +9,8 @@ logs (same identity), so a suite killed mid-way continues child by child and tri
 finished alone. `suite.concurrent_runs` children run side by side, in threads of this one driver: their trials
 share its Ray cluster and its rate limiter actors, one per model, so two benchmarks on one model never pass its
 limit together (their set-up steps take turns, `__main__.SETUP_LOCK`). Every child over the same database file
-uses the same hosted database actors, and every child over the same databases the same value index, for the whole
-suite (`runtime/shared.py`).
+uses the same hosted database actors, and every child over the same databases the same value index, kept up for
+the whole suite (`runtime/shared.py`).
 
 The parent run (experiment `suite`, found again by the suite's identity: its entries, models and overrides) is
 tagged on each child (`mlflow.parentRunId`) and holds the leaderboard over them (`leaderboard.py`): the table

@@ -52,9 +52,10 @@ def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptio
     """Database shards and the value index (shared with the driver's other runs over the same files: a suite's
     children), the run's own shared memory, the benchmark's services (built from `settings`) and user simulators;
     trial workers come once the settings are final."""
+    hosted: dict = {}              # filled below with the prefix of each hosted set this run shares
     names = ActorNames(replicas={db_id: options.db_replicas for db_id in paths}, users=options.user_simulators,
                        index_hosted=with_index, memory_hosted=with_memory, services=dict(services or {}),
-                       placement=options.placement)
+                       placement=options.placement, hosted=hosted)
     check_placement(names, bool(paths or services or with_memory))
     runtime = Runtime(names, {}, None)
     try:
@@ -64,7 +65,7 @@ def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptio
                                                              names=replace(names, prefix=prefix)),
                           kind="db", alive=answers)
             runtime.shared.append((key, None))
-            names.hosted[("db", db_id)], runtime.databases[db_id] = got.prefix, got.handles
+            hosted[("db", db_id)], runtime.databases[db_id] = got.prefix, got.handles
         if with_index:
             # its manifest (what a restarted index reloads) is named by the set's own prefix: no other set, this
             # driver's or another's, drops it while this one needs it
@@ -73,7 +74,7 @@ def start_runtime(paths: dict[str, str], index_cache: str, options: RuntimeOptio
                                                                 prefix),
                           kind="index", alive=answers, alone=True)
             runtime.shared.append((key, _forget))
-            names.hosted[("index",)], runtime.index = got.prefix, got.handles
+            hosted[("index",)], runtime.index = got.prefix, got.handles
         runtime.memory = start_memory(names) if with_memory else None
         runtime.services = start_services(names.services, settings, paths, names) if names.services else {}
         runtime.users = start_user_simulators(names)

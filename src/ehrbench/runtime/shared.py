@@ -6,7 +6,8 @@ model, one copy of every FAISS index: on a GPU, one GPU's memory). So the driver
 made of what decides its content (the Ray job, the file, the replicas, the placement; for the index, the cache,
 the embedder and every database file), starts it for the first run that asks, and lets it go, by dropping its
 handles (Ray then ends the actors), when the last run holding it releases it. A suite keeps every set up until it
-ends (`kept`), so children that run one after the other use the same actors too: one set per world.
+ends (`kept`), so children that run one after the other use the same actors too: one set per world (an idle index
+goes when another index is needed, and a kept set whose actors died for good is started afresh).
 
 Each set gets a fresh name prefix when it starts, so a set released and started again never meets the old one's
 names while Ray is still ending it. Runs of *other* drivers (two `python -m ehrbench` on one cluster) are other Ray
@@ -131,6 +132,6 @@ def kept():
 
 
 def hosted_now() -> dict[str, int]:
-    """Each set this driver hosts now and how many runs use it (tests, and the suite's log)."""
+    """Each set this driver hosts now and how many runs use it (what the tests read)."""
     with _LOCK:
         return {key: h.users for key, h in _HOSTED.items()}
