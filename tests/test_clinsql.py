@@ -391,9 +391,16 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
     """`benchmark=clinsql model=gemini-2.5-flash grader=gemini-2.5-flash` with the real google-genai client: a
     failing query, one refinement that runs, then the judge on every leaf, SQL and results, each asked exactly as
     the authors' scorer asks it (`original_prompt`), at temperature 0.2; one reply it cannot read scores as the
-    original reads it (a "1" in it: a pass), never asked again."""
+    original reads it (a "1" in it: a pass), never asked again.
+
+    The database is given as a file of the user's own (`data.mimic_iv.path`: credentialed): the agent's server on
+    loopback is local, the grader is declared zero_retention, and both are recorded; the same grader declared
+    public (a gateway on your network that forwards to a provider) is refused before any request reaches it."""
     from ehrbench.benchmarks.clinsql.scoring import Candidate, original_prompt
     from ehrbench.benchmarks.clinsql.tasks import csv_text
+    from ehrbench.schemas import WorldSpec, build_database
+    from ehrbench.schemas.duckdb_export import export_duckdb
+    from ehrbench.world.generator import WorldSize
 
     from .fake_llm_server import FakeLLMServer, Reply
 
@@ -409,11 +416,17 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
                       for _ in range(n_sql + n_results - 1)],
                     model="gemini-2.5-flash")
         store = mlflow_store(tmp_path / "mlruns")
-        out = _main(["benchmark=clinsql", f"benchmark.task_dir={one}", f"data.scale={SCALE}", "trials=1",
-                     "model=gemini-2.5-flash", f"+model.base_url={server.url}", "grader=gemini-2.5-flash",
-                     f"+grader.model.base_url={server.url}", f"data.root={small_world / 'gen'}",
-                     f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
-                     f"hydra.run.dir={tmp_path / 'out'}"])
+        own = export_duckdb("mimic_iv", build_database("mimic_iv", WorldSpec(size=WorldSize(scale=SCALE)),
+                                                       small_world / "gen"))
+        command = ["benchmark=clinsql", f"benchmark.task_dir={one}", f"data.scale={SCALE}", "trials=1",
+                   "model=gemini-2.5-flash", f"+model.base_url={server.url}", "grader=gemini-2.5-flash",
+                   f"+grader.model.base_url={server.url}", f"data.root={small_world / 'gen'}",
+                   f"data.mimic_iv.path={own}", f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
+                   f"hydra.run.dir={tmp_path / 'out'}"]
+        refused = _main([*command, "grader.model.data_handling=public"])
+        assert refused.returncode == 2 and "the grader role calls gemini-2.5-flash at 127.0.0.1, a public" in \
+            refused.stderr and not server.requests, refused.stderr[-2000:]
+        out = _main([*command, "grader.model.data_handling=zero_retention"])
         requests = server.requests_for("gemini-2.5-flash")
         prompts = [r.body["contents"][-1]["parts"][0]["text"] for r in requests]
     finally:
@@ -439,6 +452,13 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
     assert m["sql_score"] == m["exec_score"] == 100.0
     assert (m["calls/agent"], m["calls/grader"]) == (2, n_sql + n_results)
     assert m["cost_usd/grader"] > 0
+    where = {k: v for k, v in run.data.params.items() if k.startswith(("data_use.", "data_handling."))}
+    assert where == {"data_use.mimic_iv": "credentialed", "data_handling.agent": "local",
+                     "data_handling.grader": "zero_retention"}
+    assert run.data.tags["ehrbench.data_use"] == "credentialed" and run.data.tags[
+        "ehrbench.data_handling.grader"] == "zero_retention"
+    assert run.data.tags["mlflow.note.content"].endswith(
+        "Data: mimic_iv credentialed; models: agent local, grader zero_retention.")
     [trace] = mlflow.search_traces(locations=[run.info.experiment_id], return_type="list")
     judged = [a for a in trace.info.assessments if a.name.startswith(("sql/", "results/"))]
     assert len(judged) == n_sql + n_results and {a.source.source_type for a in judged} == {"LLM_JUDGE"}

@@ -68,6 +68,11 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path, shared_
     note = run.data.tags["mlflow.note.content"]
     assert note.startswith("ehrchatqa: agent reference with model scripted, user scripted; 8 tasks x 3 trials.")
     assert "SR-3 100.0" in note and "adapt SR-3 100.0" in note
+    # where its data may go: the synthetic world, the reference agent calling no model, the offline embedder
+    assert note.endswith(" Data: mimic_iv_star synthetic, eicu_star synthetic; models: embedder local.")
+    assert {k: v for k, v in run.data.params.items() if k.startswith(("data_use.", "data_handling."))} == {
+        "data_use.mimic_iv_star": "synthetic", "data_use.eicu_star": "synthetic", "data_handling.embedder": "local"}
+    assert run.data.tags["ehrbench.data_use"] == "synthetic"
 
 
 def test_bad_override_fails_before_any_work(tmp_path):

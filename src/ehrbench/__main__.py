@@ -103,6 +103,19 @@ def compose_choice(group: str, name: str) -> DictConfig:
         return compose(config_name="config", overrides=[f"{group}={name}"])[group]
 
 
+def check_data_use(cfg: DictConfig, conf: RunConfig, bench: Benchmark, settings: TrialSettings,
+                   calling: set[str] | None = None, show=log.info):
+    """Credentialed data never reaches a model that may keep it (`data_use.py`): the verdict, shown with `show`;
+    the caller stops on its refusals, before any model call, Ray start or data copy."""
+    from .data_use import check
+
+    keys = {"grader_model": f"grader={bench.default_grader} grader.model"} if cfg.grader.name == "auto" else {}
+    verdict = check(bench, settings, conf.data, conf.tracking, keys, calling)
+    for line in verdict.lines():
+        show(line)
+    return verdict
+
+
 def check_models(settings: TrialSettings) -> None:
     """Build every client once in the driver so a missing key stops the run before any work."""
     from .llm.registry import build_model
@@ -303,20 +316,21 @@ def run_metrics(records: list[TrialRecord], stats, embedded: int) -> dict[str, f
 
 
 def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: int, n_tasks: int,
-                headline: dict[str, float], withheld: str | None = None) -> str:
+                headline: dict[str, float], withheld: str | None = None, data: str = "") -> str:
     scores = f"withheld: {withheld}" if withheld else ", ".join(f"{name} {value:.1f}" for name, value in headline.items())
     user = settings.user if settings.user != "llm" else f"LLM user ({cfg.user.name})"
     contract = bench.contract()
     kept = "" if contract is None else f" Contract: {contract[0]}" + (
         f", departing in {', '.join(contract[1])}." if contract[1] else ", the paper's headline setting.")
     return (f"{bench.name}: agent {settings.agent} with model {cfg.model.name}, user {user}; "
-            f"{n_tasks} tasks x {k} trials. Results: {scores or 'none yet'}.{kept}")
+            f"{n_tasks} tasks x {k} trials. Results: {scores or 'none yet'}.{kept}" + (f" {data}" if data else ""))
 
 
 def log_results(tracker, bench: Benchmark, settings: TrialSettings, cfg: DictConfig, records: list[TrialRecord],
-                tasks: list, k: int, reports: Path, extra: dict[str, float]):
+                tasks: list, k: int, reports: Path, extra: dict[str, float], data: str = ""):
     """The benchmark's report on `records` logged to the run: metrics (with `extra`), curves, files, the table,
-    each task's score (what a leaderboard resamples), whether results are complete, and the description."""
+    each task's score (what a leaderboard resamples), whether results are complete, and the description (ending
+    with `data`: where the run's data may go)."""
     from .leaderboard import SCORES_ARTIFACT
 
     report = bench.report(records, tasks, k, reports)
@@ -332,7 +346,7 @@ def log_results(tracker, bench: Benchmark, settings: TrialSettings, cfg: DictCon
     tracker.set_tags({"ehrbench.results": "partial" if report.withheld else "complete"})
     if report.withheld:
         log.warning("results withheld: %s", report.withheld)
-    tracker.set_description(description(bench, settings, cfg, k, len(tasks), report.headline, report.withheld))
+    tracker.set_description(description(bench, settings, cfg, k, len(tasks), report.headline, report.withheld, data))
     return report, metrics
 
 
@@ -387,6 +401,10 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
         conf = validate(params, absolute=to_absolute_path)                               # 1. config, benchmark
         bench = load_benchmark(conf)
         settings = trial_settings(cfg, conf, bench)
+        verdict = check_data_use(cfg, conf, bench, settings,     # a suite's estimate pass checks every child here
+                                 show=print if conf.run.dry_run and not estimate_only else log.info)
+        if verdict.refusals:
+            raise ConfigurationError(f"{bench.name} with {cfg.model.name}: {verdict.refusal()}")
         all_tasks = bench.tasks()                        # read now: a bad task file stops the run before any work
         lines = print_estimate(bench, settings, cfg, conf, len(select_tasks(all_tasks, conf.run.limit_tasks)),
                                quiet=estimate_only)
@@ -419,7 +437,8 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
             done = checkpoint.finished(records)
             if done:
                 log.info("resuming run %s: %d trials already finished", identity, len(done))
-            tracker, store_uri = open_tracker(conf, params, run_name, checkpoint, identity)
+            tracker, store_uri = open_tracker(conf, {**params, **verdict.params()}, run_name, checkpoint, identity)
+            tracker.set_tags(verdict.tags())
             if parent_run_id:
                 tracker.set_tags({"mlflow.parentRunId": parent_run_id})
             if tracker.resumed and tracker.traces_during_trials and \
@@ -466,7 +485,7 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
         reported = [r for r in records if (r.task_key, r.trial) in wanted]
         with SETUP_LOCK:              # plots are drawn with pyplot, which one thread at a time may use
             report, metrics = log_results(tracker, bench, settings, cfg, reported, report_tasks, k, reports, {
-                **run_metrics(reported, stats, embedded), **limiter_metrics(runtime.limiters)})
+                **run_metrics(reported, stats, embedded), **limiter_metrics(runtime.limiters)}, verdict.sentence())
         tracker.log_artifact(checkpoint.path)
         if stats.budget_stopped:
             import ray
@@ -526,7 +545,14 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    from .config import check_data_overrides
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        check_data_overrides(sys.argv[1:])
+    except ConfigurationError as e:
+        print(f"ehrbench: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     _hydra_main()
 
 

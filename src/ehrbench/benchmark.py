@@ -146,6 +146,16 @@ class Episode:
     validate: Callable[[TrialRecord], Awaitable[dict]] | None = None   # the simulation validator's verdict
 
 
+# The model roles a trial may call (`TrialSettings.model_for`) and the field whose model plays each: the agent's
+# helper calls (EHRAgent's knowledge note and debugger, AgentEHR's summarizer and memory extractor) use its model; the
+# LLM user's verifier and reflection use the user's unless `verifier_model` is set. "embedder" is no model role: it is
+# the value index's embedding model (`data.embedder`), named among a benchmark's `model_roles` when it hosts one.
+ROLE_MODELS = {"agent": "agent_model", "knowledge": "agent_model", "debugger": "agent_model",
+               "summarizer": "agent_model", "extractor": "agent_model", "user": "user_model",
+               "verifier": "verifier_model", "reflection": "verifier_model", "validator": "validator_model",
+               "grader": "grader_model"}
+
+
 @dataclass(frozen=True)
 class TrialSettings:
     """Everything a trial needs besides the task, as plain data so it travels to Ray workers."""
@@ -174,16 +184,16 @@ class TrialSettings:
         return {name: cfg for name in ("agent_model", "user_model", "verifier_model", "validator_model",
                                        "grader_model") if (cfg := getattr(self, name))}
 
+    def role_field(self, role: str) -> str:
+        """The field whose model plays `role` (`ROLE_MODELS`; the verifier's falls back to the user's)."""
+        name = ROLE_MODELS[role]
+        return "user_model" if name == "verifier_model" and self.verifier_model is None else name
+
     def model_for(self, role: str, meter: UsageMeter) -> MeteredModel:
-        """A metered client for `role` (agent, and the agent's helper calls knowledge, debugger, summarizer and
-        extractor, which use its model; user, verifier, reflection, validator, grader): each role is metered apart."""
+        """A metered client for `role` (`ROLE_MODELS`): each role is metered apart."""
         from .llm.registry import build_model, price_of
 
-        cfg = {"agent": self.agent_model, "knowledge": self.agent_model, "debugger": self.agent_model,
-               "summarizer": self.agent_model, "extractor": self.agent_model,
-               "user": self.user_model, "validator": self.validator_model,
-               "grader": self.grader_model, "verifier": self.verifier_model or self.user_model,
-               "reflection": self.verifier_model or self.user_model}[role]
+        cfg = getattr(self, self.role_field(role))
         if cfg is None:
             raise ValueError(f"no model configured for the {role} role")
         if self.replay is not None and role not in self.replay.ask:   # a rescore: answered from the record
@@ -210,6 +220,9 @@ class Benchmark:
     users: tuple[str, ...] = ("none",)         # `user=` choices ("none": single-turn)
     headline_metric: str = ""                  # the metric named in the run's description
     default_grader: str | None = None          # `grader=auto` for a model-backed agent: a conf/grader name
+    # the roles whose models its trials may call (`ROLE_MODELS`, and "embedder" when it hosts a value index): the
+    # credentialed-data check (`data_use.py`) names them; one left out is still checked, under its settings field
+    model_roles: tuple[str, ...] = (*ROLE_MODELS, "embedder")
 
     def __init__(self, options: dict):
         self.options = dict(options)

@@ -17,6 +17,12 @@ from typing import Any
 from .llm.base import ConfigurationError
 from .trial import Limits
 
+# `data.<db>.data_use`: auto (credentialed for a file of the user's own, synthetic for the rendered world) or a
+# class declared (`data_use.py`)
+DATA_USE_DECLARATIONS = ("auto", "synthetic", "open", "credentialed")
+# the keys of conf/data that are not data sources
+DATA_SETTINGS = ("seed", "scale", "dictionary", "root", "index_cache", "embedder")
+
 _KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
@@ -80,6 +86,7 @@ class DataOptions:
     root: str = "data/generated"                      # where built database files go (cached by content)
     index_cache: str = "data/generated/value_index"   # where the value indexes go (cached by content)
     files: dict = field(default_factory=dict)      # db id -> a user's own database file (`data.<db>.path`)
+    data_use: dict = field(default_factory=dict)   # db id -> its declared data-use class (`data.<db>.data_use`)
     embedder: dict = field(default_factory=dict)   # value_similarity_search's embeddings: provider, model, base_url
 
     def __post_init__(self):
@@ -95,10 +102,20 @@ class DataOptions:
         if key_env and not os.environ.get(key_env):
             raise ConfigurationError(f"data.embedder.provider={provider}: needs an API key in ${key_env} (export it, "
                                      "or use data.embedder.provider=local, the offline default)")
-        unknown = set(self.embedder or {}) - {"provider", "model", "base_url", "api_key_env", "batch_size"}
+        unknown = set(self.embedder or {}) - {"provider", "model", "base_url", "api_key_env", "batch_size",
+                                              "data_handling"}
         if unknown:
             raise ConfigurationError(f"data.embedder.{sorted(unknown)[0]}: unknown field; data.embedder takes "
-                                     "provider, model, base_url, api_key_env, batch_size")
+                                     "provider, model, base_url, api_key_env, batch_size, data_handling")
+        for db_id, declared in self.data_use.items():
+            if declared not in DATA_USE_DECLARATIONS:
+                raise ConfigurationError(f"data.{db_id}.data_use={declared!r}: must be one of "
+                                         f"{list(DATA_USE_DECLARATIONS)} (auto: credentialed for a file of your own, "
+                                         "synthetic for the world ehrbench renders; conf/data/*.yaml or the override)")
+            if declared not in ("auto", "synthetic") and db_id not in self.files:
+                raise ConfigurationError(f"data.{db_id}.data_use={declared}: data.{db_id}.path is null, so {db_id} is "
+                                         f"the synthetic world; declare a data-use class only for a file you point "
+                                         f"data.{db_id}.path at")
         for db_id, path in self.files.items():
             if not Path(path).is_file():
                 raise ConfigurationError(f"data.{db_id}.path={path!r}: no such file; point it at an SQLite file with "
@@ -113,6 +130,7 @@ class TrackingOptions:
     experiment: str | None = field(default=None, metadata=rule(str, nullable=True))
     log_traces: bool = field(default=True, metadata=rule(bool))
     write_traces: str = field(default="auto", metadata=rule(str, choices=("auto", "during", "after")))
+    credentialed_ok: bool = field(default=False, metadata=rule(bool))   # a server you control may keep such rows
 
     def __post_init__(self):
         _check(self, "tracking", "conf/tracking/*.yaml")
@@ -218,6 +236,49 @@ def _writable_dir(name: str, path: str) -> None:
                                  "choose a folder you can write") from None
 
 
+def data_sources(data_node: dict) -> dict[str, dict]:
+    """`data.<db>` for every database source named (`path`, `data_use`); an unknown source or field stops the run."""
+    from .schemas import SCHEMAS
+
+    sources = {}
+    for db_id, node in data_node.items():
+        if db_id in DATA_SETTINGS:
+            continue
+        if db_id not in SCHEMAS:
+            raise ConfigurationError(f"data.{db_id}: unknown data source; the sources are {sorted(SCHEMAS)}, each "
+                                     "with path and data_use (conf/data/default.yaml or the override)")
+        if not isinstance(node, dict):
+            raise ConfigurationError(f"data.{db_id}={node!r}: a data source is a mapping: data.{db_id}.path (a file "
+                                     f"of your own, or null) and data.{db_id}.data_use")
+        if extra := sorted(set(node) - {"path", "data_use"}):
+            raise ConfigurationError(f"data.{db_id}.{extra[0]}: unknown field; a data source takes path (a file of "
+                                     "your own, or null) and data_use")
+        if node.get("path") is not None and not isinstance(node["path"], str):
+            raise ConfigurationError(f"data.{db_id}.path={node['path']!r}: must be a file path (or null)")
+        sources[db_id] = node
+    return sources
+
+
+def check_data_overrides(args: list[str]) -> None:
+    """A command-line override of a data source or field conf/data lacks (`data.mimic_v.path=...`) stopped before
+    Hydra, whose own refusal names no choices; `+data.<x>...` reaches `data_sources` instead."""
+    import re
+
+    from .schemas import SCHEMAS
+
+    for arg in args:
+        found = re.match(r"^[~]?data\.([^.=]+)(?:\.([^.=]+))?=", arg)
+        if not found or found.group(1) in DATA_SETTINGS:
+            continue
+        db_id, key = found.groups()
+        if db_id not in SCHEMAS:
+            raise ConfigurationError(f"data.{db_id}: unknown data source; the sources are {sorted(SCHEMAS)}, each "
+                                     "with path and data_use (conf/data/default.yaml or the override)")
+        if key not in (None, "path", "data_use"):
+            raise ConfigurationError(f"data.{db_id}.{key}: unknown field; a data source takes path (a file of your "
+                                     f"own, or null) and data_use (one of {list(DATA_USE_DECLARATIONS)})")
+
+
 def validate(cfg: dict, absolute=lambda p: str(Path(p).resolve())) -> RunConfig:
     """Check every option of the resolved config (a plain dict); `absolute` resolves paths (Hydra's original cwd)."""
     run = _section(RunOptions, cfg, "")
@@ -234,12 +295,10 @@ def validate(cfg: dict, absolute=lambda p: str(Path(p).resolve())) -> RunConfig:
         bench["question_files"] = {db: absolute(p) if isinstance(p, str) else p
                                    for db, p in bench["question_files"].items()}
     data_node = dict(cfg.get("data") or {})
-    files = {k: absolute(v["path"]) for k, v in data_node.items()
-             if isinstance(v, dict) and v.get("path") is not None}
-    for k, v in data_node.items():
-        if isinstance(v, dict) and "path" in v and v["path"] is not None and not isinstance(v["path"], str):
-            raise ConfigurationError(f"data.{k}.path={v['path']!r}: must be a file path (or null)")
-    data = _section(DataOptions, {**data_node, "files": files}, "data")
+    sources = data_sources(data_node)
+    files = {k: absolute(v["path"]) for k, v in sources.items() if v.get("path") is not None}
+    data_use = {k: v["data_use"] for k, v in sources.items() if "data_use" in v}
+    data = _section(DataOptions, {**data_node, "files": files, "data_use": data_use}, "data")
     runtime_node = dict(cfg.get("runtime") or {})
     runtime = _section(RuntimeOptions, runtime_node, "runtime")
     tracking = _section(TrackingOptions, dict(cfg.get("tracking") or {}), "tracking")
@@ -250,9 +309,9 @@ def validate(cfg: dict, absolute=lambda p: str(Path(p).resolve())) -> RunConfig:
         raise ConfigurationError(f"model.latency_s={latency!r}: must be a number of at least 0 (conf/model/*.yaml or "
                                  "the override)")
     data = DataOptions(data.seed, data.scale, data.dictionary, absolute(data.root), absolute(data.index_cache),
-                       data.files, data.embedder)
+                       data.files, data.data_use, data.embedder)
     tracking = TrackingOptions(absolute(tracking.root), tracking.uri, tracking.experiment, tracking.log_traces,
-                               tracking.write_traces)
+                               tracking.write_traces, tracking.credentialed_ok)
     for name, path in (("tracking.root", tracking.root), ("data.root", data.root),
                        ("data.index_cache", data.index_cache)):
         _writable_dir(name, path)

@@ -120,6 +120,10 @@ def rescore(ref: str, overrides: list[str], tracking_uri: str, ask_graders: bool
     conf = main.validate(params)
     bench = main.load_benchmark(conf)
     settings = main.trial_settings(cfg, conf, bench)
+    # the replayed roles call no one; graders asked again, and the value index's embedder, do
+    verdict = main.check_data_use(cfg, conf, bench, settings, calling={"embedder", *ask})
+    if verdict.refusals:
+        raise ConfigurationError(verdict.refusal())
     to_replay = [r for r in records if r.final and r.termination in SCORED]
     if settings.agent_model and any(not r.exchanges for r in to_replay):
         raise RescoreError(f"run {run.info.run_id}: its records hold no model calls (made before ehrbench kept "
@@ -147,12 +151,13 @@ def rescore(ref: str, overrides: list[str], tracking_uri: str, ask_graders: bool
                            f"{shown}\nA setting that changes what the agent or user sees needs a new run.")
 
     tracker = MlflowTracker(tracking_uri, client.get_experiment(run.info.experiment_id).name,
-                            f"{run.info.run_name}-rescored", params, log_traces=conf.tracking.log_traces,
+                            f"{run.info.run_name}-rescored", {**params, **verdict.params()},
+                            log_traces=conf.tracking.log_traces,
                             traces_during_trials=False)
     try:
         tracker.set_tags({"ehrbench.rescored_from": run.info.run_id, "ehrbench.rescore_overrides": " ".join(overrides),
                           "ehrbench.rescore_graders": "ask" if ask_graders else "replay",
-                          "ehrbench.run_identity": f"rescore-{identity}"})
+                          "ehrbench.run_identity": f"rescore-{identity}", **verdict.tags()})
         store = TrialStore(scratch / "rescored")
         for r in rescored:
             store.append(r)
@@ -163,7 +168,8 @@ def rescore(ref: str, overrides: list[str], tracking_uri: str, ask_graders: bool
         reports = Path(conf.tracking.root) / "reports" / tracker.run.info.run_id
         tracker.log_text(json.dumps({**command, "rescore": overrides}, indent=1), COMMAND_ARTIFACT)
         report, metrics = main.log_results(tracker, bench, settings, cfg, rescored, report_tasks, k, reports, {
-            **main.usage_metrics(rescored), "rescore/trials_replayed": len(to_replay), "rescore/model_calls": calls})
+            **main.usage_metrics(rescored), "rescore/trials_replayed": len(to_replay), "rescore/model_calls": calls},
+            verdict.sentence())
         tracker.log_artifact(store.path)
         tracker.finish()
     except BaseException:

@@ -1,10 +1,11 @@
 """Resume: finished trials are appended to disk as they arrive; the same command run again skips them.
 
 A run's identity is a hash of the resolved config itself (every value, untruncated) without what cannot change a
-trial's outcome (tracking, runtime, trial count, task subset, run name) and without secrets. Its folder holds
-`records.jsonl` (one TrialRecord per line, flushed and fsynced before the next is accepted), `mlflow_run_id`, so a
-resumed run logs into the same MLflow run, and `scope.json`: the most trials per task and every task the run has
-been asked for, so a re-run with fewer (`trials=1`, `limit_tasks=1`) still reports everything it established.
+trial's outcome (tracking, runtime, trial count, task subset, run name, where data may go) and without secrets. Its
+folder holds `records.jsonl` (one TrialRecord per line, flushed and fsynced before the next is accepted),
+`mlflow_run_id`, so a resumed run logs into the same MLflow run, and `scope.json`: the most trials per task and every
+task the run has been asked for, so a re-run with fewer (`trials=1`, `limit_tasks=1`) still reports everything it
+established.
 A trial is done when its last attempt is scored or rejected by the validator; infrastructure failures run again.
 A torn last line (the process died mid-write) is ignored; nothing before it is lost.
 """
@@ -22,11 +23,17 @@ NOT_IDENTITY = ("tracking", "runtime", "trials", "limit_tasks", "run_name", "res
 _RECORD_FIELDS = {f.name for f in fields(TrialRecord)}
 
 
+# declarations about where data may go (`data_use.py`), at any depth: they decide whether a run may start, never
+# what a trial does, so declaring them never makes a finished run another one
+NOT_IDENTITY_ANYWHERE = ("data_use", "data_handling", "credentialed_ok")
+
+
 def _without_secrets(node):
     from ..tracking.mlflow_tracker import SECRET_KEY
 
     if isinstance(node, dict):
-        return {k: _without_secrets(v) for k, v in node.items() if not SECRET_KEY.search(str(k))}
+        return {k: _without_secrets(v) for k, v in node.items()
+                if not SECRET_KEY.search(str(k)) and k not in NOT_IDENTITY_ANYWHERE}
     if isinstance(node, list):
         return [_without_secrets(v) for v in node]
     return node

@@ -172,6 +172,7 @@ class AgentEhrBenchmark(Benchmark):
     name = "agentehr"
     agents = ("reference", "react", "resum", "retrosum")
     users = ("none",)
+    model_roles = ("agent", "summarizer", "extractor", "embedder")
     headline_metric = "common/F1"            # the paper's Avg: MIMIC-IV-Common, the mean over the tasks
 
     def check(self) -> None:

@@ -113,6 +113,7 @@ class ClinSqlBenchmark(Benchmark):
     name = "clinsql"
     agents = ("reference", "clinsql")
     users = ("none",)
+    model_roles = ("agent", "grader")
     headline_metric = "exec_score"
     default_grader = "gpt-5-chat"            # the paper's judge (its scorer's only model)
 

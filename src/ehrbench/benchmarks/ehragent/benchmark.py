@@ -125,6 +125,7 @@ class EhrAgentBenchmark(Benchmark):
     name = "ehragent"
     agents = ("reference", "ehragent", "autogen", "react", "llm2sql", "self_debugging")   # the last three: baselines.py
     users = ("none",)
+    model_roles = ("agent", "knowledge", "debugger")
     headline_metric = "SR"
 
     def check(self) -> None:

@@ -73,6 +73,7 @@ class EhrChatQA(Benchmark):
     name = "ehrchatqa"
     agents = ("reference", "tool_calling")
     users = ("scripted", "llm")
+    model_roles = ("agent", "user", "verifier", "reflection", "validator", "embedder")
     headline_metric = "SR"
 
     def check(self) -> None:

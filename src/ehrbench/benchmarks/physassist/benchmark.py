@@ -64,6 +64,7 @@ class PhysAssistBenchmark(Benchmark):
     name = "physassist"
     agents = ("reference", "physassist")
     users = ("scripted", "llm")
+    model_roles = ("agent", "user", "grader")
     headline_metric = "mRS"
 
     @property
