@@ -4,6 +4,10 @@ generateContent and batchEmbedContents.
 Each test pushes a script of replies; every request takes the next one. Replies can be text, a tool call (with
 raw, possibly malformed, arguments), an HTTP error status (429, 500 ...) or a delay before any of those, so the
 real `openai` and `google-genai` clients can be tested against rate limits, server errors and timeouts.
+
+A twin run (`tests/twins/`) gives the server a `route`: each request is then told apart by (task, role), read from
+what it holds, and answered from that pair's own script, so two harnesses that order their calls differently (one
+task at a time, or many trials side by side) get the same replies; every request is logged with its pair.
 """
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ import json
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
 
 
 def _model_of(path: str, body: dict) -> str | None:
@@ -23,12 +28,19 @@ def _model_of(path: str, body: dict) -> str | None:
 
 
 def fake_embedding(text: str, dims: int = 32) -> list[float]:
-    """A deterministic embedding where texts sharing letter trigrams are close (so a search has a right answer)."""
+    """A deterministic embedding where texts sharing letter trigrams are close (so a search has a right answer), of
+    unit length as OpenAI's and Gemini's are: an index by L2 distance (LangChain's FAISS) and one by cosine rank
+    them alike, as they do real embeddings."""
     vector = [0.0] * dims
     padded = f"  {text.lower()} "
     for i in range(len(padded) - 2):
         vector[int(hashlib.md5(padded[i:i + 3].encode()).hexdigest(), 16) % dims] += 1.0
-    return vector
+    # and a little of the text's own, so two texts tie no more often than real embeddings do (a tie's order is
+    # each index's own business, not what a twin compares)
+    noise = hashlib.sha256(text.encode()).digest()
+    vector = [v + noise[j % len(noise)] / 25_500 for j, v in enumerate(vector)]
+    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+    return [v / norm for v in vector]
 
 
 @dataclass
@@ -54,6 +66,8 @@ class Seen:
     path: str
     headers: dict
     body: dict
+    key: tuple | None = None           # (task, role) under a `route`
+    reply: dict | None = None          # the reply it got, as scripted (under a `route`)
 
 
 @dataclass
@@ -67,6 +81,8 @@ class FakeLLMServer:
     rpm: dict = field(default_factory=dict)         # model -> requests allowed per `window_s`; past it: 429, Retry-After
     window_s: float = 60.0
     served: list = field(default_factory=list)      # (time, model, status) of every chat request answered
+    route: "Callable[[str, dict], tuple] | None" = None   # (path, body) -> (task, role): scripts keyed by the pair
+    on_request: "Callable[[Seen], None] | None" = None    # called with each request as it is answered (a log)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _over_limit(self, model: str | None) -> float | None:
@@ -93,13 +109,22 @@ class FakeLLMServer:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                server.requests.append(Seen(self.path, dict(self.headers), body))
+                seen = Seen(self.path, dict(self.headers), body)
                 model = _model_of(self.path, body)
-                queue = server.scripts.get(model, server.script)
-                embedding = self.path.endswith("/embeddings") or ":batchEmbedContents" in self.path
-                # embedding calls answer by content unless a reply (an error) was scripted for them
-                reply = queue.popleft() if queue else Reply() if embedding else server.defaults.get(model) or \
-                    Reply(status=500, text="script exhausted")
+                with server._lock:                 # a pair's replies go out in the order its requests came
+                    if server.route is not None:
+                        seen.key = server.route(self.path, body)
+                        queue = server.scripts.get(seen.key, deque())
+                    else:
+                        queue = server.scripts.get(model, server.script)
+                    embedding = self.path.endswith("/embeddings") or ":batchEmbedContents" in self.path
+                    # embedding calls answer by content unless a reply (an error) was scripted for them
+                    reply = queue.popleft() if queue else Reply() if embedding else server.defaults.get(model) or \
+                        Reply(status=500, text=f"script exhausted for {seen.key or model}")
+                    seen.reply = asdict(reply)
+                    server.requests.append(seen)
+                if server.on_request is not None:
+                    server.on_request(seen)
                 if not embedding:
                     with server._lock:                 # the check and the count together: a limit never passed
                         if (wait := server._over_limit(model)) is not None:

@@ -57,7 +57,7 @@ def test_value_substring_search_strings(tools):
     assert tools.call("value_substring_search", {"table": "labtesttypes", "column": "nope", "value": "x"}) == (
         "Error retrieving matching values: (sqlite3.OperationalError) no such column: nope\n"
         "[SQL: SELECT COUNT(DISTINCT nope) FROM labtesttypes WHERE nope LIKE ? COLLATE NOCASE]\n"
-        "[parameters: ('%x%',)]\n(Background on this error at: https://sqlalche.me/e/21/e3q8)")
+        "[parameters: ('%x%',)]\n(Background on this error at: https://sqlalche.me/e/20/e3q8)")
     assert tools.call("value_substring_search", {"table": "x'; DROP TABLE y; --", "column": "a", "value": "x"}).startswith(
         "Error retrieving matching values: (sqlite3.OperationalError) no such table: x'; DROP TABLE y; --\n")
     assert tools.call("value_substring_search", {"table": "labtesttypes", "column": "itemname", "value": "x",
@@ -84,10 +84,10 @@ def test_sql_execute_strings(tools):
     assert note == "Note: There are 97 results not shown (out of 100 total results)."
     assert tools.call("sql_execute", {"query": "SELECT * FROM patients"}) == (
         "Error: (sqlite3.OperationalError) no such table: patients\n[SQL: SELECT * FROM patients]\n"
-        "(Background on this error at: https://sqlalche.me/e/21/e3q8)")
+        "(Background on this error at: https://sqlalche.me/e/20/e3q8)")
     assert tools.call("sql_execute", {"query": "DELETE FROM demographics"}) == (
         "Error: (sqlite3.OperationalError) attempt to write a readonly database\n[SQL: DELETE FROM demographics]\n"
-        "(Background on this error at: https://sqlalche.me/e/21/e3q8)")
+        "(Background on this error at: https://sqlalche.me/e/20/e3q8)")
     assert tools.call("sql_execute", {"query": "SELECT 1; SELECT 2"}).startswith(
         "Error: (sqlite3.ProgrammingError) You can only execute one statement at a time.\n[SQL: SELECT 1; SELECT 2]")
     assert tools.call("sql_execute", {"query": " "}) == \
@@ -167,11 +167,32 @@ def test_names_match_as_sqlite_matches_them_and_values_read_as_stored(tools, dbs
     eicu = Tools(dbs["eicu_star"], EchoIndex(), None)
     table = eicu.call("column_search", {"table_names": "hospital"})
     assert "True" not in table and "False" not in table          # booleans as SQLite stores them: 0 / 1
+    assert "\n\tteaching_status TEXT," in table                   # as the authors' DDL declares it: text
     assert eicu.call("value_substring_search", {"table": "hospital", "column": "teaching_status", "value": "1"}) == \
-        "Values in hospital.teaching_status containing '1': [1]."
+        "Values in hospital.teaching_status containing '1': ['1']."
 
 
 def test_each_tool_names_its_own_signature_and_timeout_takes_any_number(tools):
     assert tools.call("value_similarity_search", {"table": "t", "column": "c"}) == \
         "Error: ValueSimilaritySearch.invoke() missing 1 required positional argument: 'value'"
     assert tools.call("sql_execute", {"query": "SELECT 1", "timeout": 30.5}) == "[(1,)]"
+
+
+def test_column_search_prints_every_table_as_the_original_prints_it(shared_world):
+    """Recorded from the authors' ColumnSearch on ehrbench's own files (tests/fixtures/ehrchatqa_column_search.json):
+    the renderings declare every column as the authors' DDL does (INT, DOUBLE PRECISION, REAL, BIGINT, NOT NULL,
+    every key), so both print the same text, quirks included (`BIGINT` comes out `BIGINTEGER`)."""
+    from pathlib import Path
+
+    from ehrbench.db.database import Database
+
+    from .twins.record import build_databases, database_digest
+
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "ehrchatqa_column_search.json").read_text())
+    files = build_databases(sorted(fixture["calls"]), shared_world / "gen")
+    assert {db: database_digest(p) for db, p in files.items()} == fixture["world"]["databases"], \
+        "the world changed since this fixture was recorded: record it again (its `command`)"
+    for db, calls in fixture["calls"].items():
+        suite = ToolSuite(db, LocalHost(Database(files[db], db)), LocalHost(EchoIndex()), None, INDEXED_COLUMNS[db])
+        for call, printed in calls.items():
+            assert asyncio.run(suite.call("column_search", {"table_names": call})) == printed, (db, call)

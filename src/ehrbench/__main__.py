@@ -186,7 +186,7 @@ def start_runtime_on_ray(conf: RunConfig, paths: dict[str, str], resources: Reso
 
     with_index = bool(resources.indexed_columns or index_values)
     runtime = start_runtime(paths, conf.data.index_cache, conf.runtime, with_index=with_index,
-                            embedder=conf.data.embedder, with_memory=resources.memory,
+                            embedder=conf.data.embedder_spec, with_memory=resources.memory,
                             services=service_shards(resources, n_tasks), settings=settings)
     try:
         embedded = build_indexes(runtime.databases, runtime.index, resources.indexed_columns, index_values)

@@ -89,6 +89,12 @@ class DataOptions:
     data_use: dict = field(default_factory=dict)   # db id -> its declared data-use class (`data.<db>.data_use`)
     embedder: dict = field(default_factory=dict)   # value_similarity_search's embeddings: provider, model, base_url
 
+    @property
+    def embedder_spec(self) -> dict:
+        """How to embed (provider, model, base_url, ...): `data.embedder` without its data-handling declaration,
+        which says where data may go (`data_use.py`), not how to embed it."""
+        return {k: v for k, v in (self.embedder or {}).items() if k != "data_handling"}
+
     def __post_init__(self):
         _check(self, "data", "conf/data/*.yaml")
         from .retrieval.embedder import EMBEDDERS

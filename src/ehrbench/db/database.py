@@ -15,6 +15,7 @@ included, are never cached.
 """
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -49,9 +50,15 @@ class UnknownIdentifier(QueryError):
     pass
 
 
+# EHR-ChatQA's harness pins SQLAlchemy 2.0.43 (its requirements.txt), whose error links name version 20; the
+# SQLAlchemy installed here may be newer (its links say 21): the agent reads the original's (seen in its twin run).
+SQLALCHEMY_LINK = (re.compile(r"https://sqlalche\.me/e/\d+/"), "https://sqlalche.me/e/20/")
+
+
 def dbapi_error_text(sql: str, error: Exception, params: tuple | None = None) -> str:
     """A SQLite error worded as the original harness shows it: SQLAlchemy's text, class, statement and link."""
-    return str(sa.exc.DBAPIError.instance(sql, params, error, sqlite3.Error))
+    pattern, link = SQLALCHEMY_LINK
+    return pattern.sub(link, str(sa.exc.DBAPIError.instance(sql, params, error, sqlite3.Error)))
 
 
 def _connect(path: Path, limits: QueryLimits) -> sqlite3.Connection:

@@ -20,10 +20,10 @@ class TableShape:
 
 
 def display_type(declared: str) -> str:
-    """The original upper-cases and spells INT out as INTEGER (its schema declares INT; ours INTEGER already)."""
-    kind = (declared or "").upper()
-    if "INT" in kind and "INTEGER" not in kind:
-        kind = kind.replace("INT", "INTEGER")
+    """As EHR-ChatQA's `column_search` prints a declared type: upper-cased, every INT spelt INTEGER (its schemas
+    declare INT, as ours do now), so a file of your own that declares INTEGER prints INTEGEREGER and BIGINT
+    BIGINTEGER, there as here."""
+    kind = (declared or "").upper().replace("INT", "INTEGER")
     return "TIMESTAMP" if "TIMESTAMP" in kind else kind
 
 

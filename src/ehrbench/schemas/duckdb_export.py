@@ -25,8 +25,10 @@ def duck_type(column: str, sqlite_type: str) -> str:
         return "DATE"
     if column.endswith("time"):
         return "TIMESTAMP"
-    return {"INTEGER": "BIGINT", "FLOAT": "DOUBLE", "DOUBLE": "DOUBLE", "REAL": "DOUBLE"}.get(sqlite_type.upper(),
-                                                                                            "VARCHAR")
+    declared = sqlite_type.upper()
+    if "INT" in declared:                                    # INTEGER, INT, BIGINT
+        return "BIGINT"
+    return "DOUBLE" if any(k in declared for k in ("DOUBLE", "REAL", "FLOAT")) else "VARCHAR"
 
 
 def export_duckdb(db_id: str, sqlite_path: Path) -> Path:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 
-from sqlalchemy import Boolean, Column, Double, ForeignKey, Integer, MetaData, Table, Text
+from sqlalchemy import BIGINT, REAL, Column, ForeignKey, MetaData, Table, Text
 
 from ..world.generator import WorldSize, hospitals
 from ..world.model import Patient
 from ..world.vocab import Drug, vocabulary
 from .ids import seeded_amount
-from .writer import Ids, Rows, fmt_time
+from .writer import INT, Ids, Rows, fmt_time
 
 DB_ID = "eicu_star"
 
@@ -30,44 +30,50 @@ FLUID_PATH = {"intake": "flowsheet|flowsheet cell labels|i&o|intake (ml)|{}",
 
 
 def metadata() -> MetaData:
+    """Every table and column as the authors' `eicu_star.sql` declares it (types, NOT NULL, keys, in its order):
+    `column_search` prints these declarations to the agent, and SQLite reads its affinities from them (an `INT`
+    age or heart rate holds integers, a `TEXT` teaching status text)."""
     md = MetaData()
-    I, T, D = Integer, Text, Double
+    I, T, R = INT, Text, REAL
     unit = lambda: Column("unit_id", I, ForeignKey("icupatient.unit_id"), nullable=False)  # noqa: E731
-    Table("hospital", md, Column("hospital_id", I, primary_key=True, autoincrement=False),
-          Column("bed_capacity_category", T), Column("teaching_status", Boolean), Column("region", T))
     Table("icupatient", md, Column("patient_id", T, nullable=False), Column("hosp_id", I, nullable=False),
-          Column("unit_id", I, primary_key=True, autoincrement=False), Column("gender", T), Column("age", T),
-          Column("ethnicity", T), Column("hospital_id", I, ForeignKey("hospital.hospital_id")), Column("ward_id", I),
-          Column("height_admission", D), Column("weight_admission", D), Column("weight_discharge", D),
-          Column("hospital_admit_time", T, nullable=False), Column("hospital_admission_source", T),
-          Column("unit_admit_time", T, nullable=False), Column("unit_discharge_time", T),
-          Column("hospital_discharge_time", T), Column("hospital_discharge_status", T))
+          Column("unit_id", I, primary_key=True, autoincrement=False), Column("gender", T, nullable=False),
+          Column("age", I, nullable=False), Column("ethnicity", T), Column("hospital_id", I, nullable=False),
+          Column("ward_id", I, nullable=False), Column("height_admission", R), Column("weight_admission", R),
+          Column("weight_discharge", R), Column("hospital_admit_time", T, nullable=False),
+          Column("hospital_admission_source", T, nullable=False), Column("unit_admit_time", T, nullable=False),
+          Column("unit_discharge_time", T), Column("hospital_discharge_time", T),
+          Column("hospital_discharge_status", T))
     Table("condition", md, Column("condition_id", I, primary_key=True, autoincrement=False), unit(),
           Column("condition_name", T, nullable=False), Column("condition_time", T, nullable=False),
           Column("icd9_code", T))
     Table("treatment", md, Column("treatment_id", I, primary_key=True, autoincrement=False), unit(),
           Column("treatment_name", T, nullable=False), Column("treatment_time", T, nullable=False))
     Table("lab", md, Column("lab_id", I, primary_key=True, autoincrement=False), unit(),
-          Column("lab_name", T, nullable=False), Column("lab_result", D), Column("lab_result_time", T, nullable=False))
+          Column("lab_name", T, nullable=False), Column("lab_result", R, nullable=False),
+          Column("lab_result_time", T, nullable=False))
     Table("prescription", md, Column("prescription_id", I, primary_key=True, autoincrement=False), unit(),
-          Column("drug_name", T, nullable=False), Column("dosage", T), Column("administration_route", T),
-          Column("medication_start_time", T), Column("medication_stop_time", T))
+          Column("drug_name", T, nullable=False), Column("dosage", T, nullable=False),
+          Column("administration_route", T, nullable=False), Column("medication_start_time", T),
+          Column("medication_stop_time", T))
     Table("cost", md, Column("cost_id", I, primary_key=True, autoincrement=False),
-          Column("hosp_id", I, nullable=False), Column("unit_id", I, nullable=False),
+          Column("hosp_id", I, ForeignKey("icupatient.hosp_id"), nullable=False), Column("unit_id", I, nullable=False),
           Column("event_type", T, nullable=False), Column("event_id", I, nullable=False),
-          Column("cost_time", T, nullable=False), Column("cost_amount", D, nullable=False))
+          Column("cost_time", T, nullable=False), Column("cost_amount", R, nullable=False))
     Table("allergy_reaction", md, Column("allergy_id", I, primary_key=True, autoincrement=False), unit(),
-          Column("drug_name", T), Column("allergy_name", T), Column("allergy_time", T, nullable=False))
+          Column("drug_name", T), Column("allergy_name", T, nullable=False), Column("allergy_time", T, nullable=False))
     Table("fluid_balance", md, Column("fluid_balance_id", I, primary_key=True, autoincrement=False), unit(),
           Column("fluid_path", T, nullable=False), Column("fluid_label", T, nullable=False),
-          Column("fluid_value_numeric", D), Column("fluid_balance_time", T, nullable=False))
+          Column("fluid_value_numeric", R, nullable=False), Column("fluid_balance_time", T, nullable=False))
     Table("microbiology", md, Column("microbiology_id", I, primary_key=True, autoincrement=False), unit(),
-          Column("culture_site", T, nullable=False), Column("organism", T),
+          Column("culture_site", T, nullable=False), Column("organism", T, nullable=False),
           Column("culture_taken_time", T, nullable=False))
-    Table("vital_signs", md, Column("vital_sign_id", I, primary_key=True, autoincrement=False), unit(),
-          Column("temperature", D), Column("sao2", D), Column("heart_rate", D), Column("respiration_rate", D),
-          Column("systolic_bp", D), Column("diastolic_bp", D), Column("mean_bp", D),
+    Table("vital_signs", md, Column("vital_sign_id", BIGINT, primary_key=True, autoincrement=False), unit(),
+          Column("temperature", R), Column("sao2", I), Column("heart_rate", I), Column("respiration_rate", I),
+          Column("systolic_bp", I), Column("diastolic_bp", I), Column("mean_bp", I),
           Column("vital_time", T, nullable=False))
+    Table("hospital", md, Column("hospital_id", I, primary_key=True, autoincrement=False),
+          Column("bed_capacity_category", T), Column("teaching_status", T), Column("region", T))
     return md
 
 

@@ -6,27 +6,30 @@ d_icd_diagnoses does; `"used"` lists only the codes some patient has (small and 
 """
 from __future__ import annotations
 
-from sqlalchemy import Column, Double, ForeignKey, Integer, MetaData, Table, Text
+from sqlalchemy import DOUBLE_PRECISION, Column, ForeignKey, ForeignKeyConstraint, MetaData, Table, Text
 
 from ..world.generator import WorldSize
 from ..world.model import Patient
 from ..world.vocab import icd_diagnoses, vocabulary
 from .ids import seeded_amount
-from .writer import Ids, Rows, fmt_time
+from .writer import INT, Ids, Rows, fmt_time
 
 DB_ID = "mimic_iv_star"
 
 
 def _pk() -> Column:
-    return Column("recordid", Integer, primary_key=True, autoincrement=False)
+    return Column("recordid", INT, primary_key=True, autoincrement=False)
 
 
 def metadata() -> MetaData:
+    """Every table and column as the authors' `mimic_iv_star.sql` declares it (types, NOT NULL, keys, in its
+    order): `column_search` prints these declarations to the agent."""
     md = MetaData()
-    I, T, D = Integer, Text, Double
+    I, T, D = INT, Text, DOUBLE_PRECISION
     adm = lambda: Column("admissionid", I, ForeignKey("hospitaladmissions.admissionid"), nullable=False)  # noqa: E731
     pid = lambda: Column("patientid", I, nullable=False)  # noqa: E731
     icu = lambda: Column("icuadmissionid", I, ForeignKey("icuepisodes.icuadmissionid"), nullable=False)  # noqa: E731
+    item = lambda: Column("itemcode", I, ForeignKey("clinicalitemtypes.itemcode"), nullable=False)  # noqa: E731
     Table("demographics", md, _pk(), Column("patientid", I, nullable=False), Column("gender", T, nullable=False),
           Column("dateofbirth", T, nullable=False), Column("dateofdeath", T))
     Table("hospitaladmissions", md, _pk(), Column("patientid", I, ForeignKey("demographics.patientid"), nullable=False),
@@ -38,29 +41,30 @@ def metadata() -> MetaData:
     for name in ("diagnosiscodes", "procedurecodes"):
         Table(name, md, _pk(), Column("icdcode", T, nullable=False), Column("codeversion", I, nullable=False),
               Column("description", T, nullable=False))
-    Table("labtesttypes", md, _pk(), Column("itemcode", I, nullable=False), Column("itemname", T, nullable=False))
+    Table("labtesttypes", md, _pk(), Column("itemcode", I, nullable=False), Column("itemname", T))
     Table("clinicalitemtypes", md, _pk(), Column("itemcode", I, nullable=False), Column("itemname", T, nullable=False),
           Column("abbreviation", T, nullable=False), Column("itemtype", T, nullable=False))
     for name, codes in (("admissiondiagnoses", "diagnosiscodes"), ("admissionprocedures", "procedurecodes")):
-        Table(name, md, _pk(), pid(), adm(), Column("icdcode", T, ForeignKey(f"{codes}.icdcode"), nullable=False),
-              Column("codeversion", I, ForeignKey(f"{codes}.codeversion"), nullable=False),
-              Column("recordeddatetime", T, nullable=False))
+        Table(name, md, _pk(), pid(), Column("admissionid", I, nullable=False), Column("icdcode", T, nullable=False),
+              Column("codeversion", I, nullable=False), Column("recordeddatetime", T, nullable=False),
+              # table-level, both: SQLAlchemy writes a column's own key after every table-level one
+              ForeignKeyConstraint(["admissionid"], ["hospitaladmissions.admissionid"]),
+              ForeignKeyConstraint(["codeversion", "icdcode"], [f"{codes}.codeversion", f"{codes}.icdcode"]))
     Table("labresults", md, _pk(), pid(), adm(), Column("itemcode", I, ForeignKey("labtesttypes.itemcode"), nullable=False),
-          Column("resultdatetime", T, nullable=False), Column("resultvalue", D), Column("resultunit", T))
+          Column("resultdatetime", T), Column("resultvalue", D), Column("resultunit", T))
     Table("medicationorders", md, _pk(), pid(), adm(), Column("startdatetime", T, nullable=False),
           Column("enddatetime", T), Column("medicationname", T, nullable=False), Column("dosevalue", T, nullable=False),
           Column("doseunit", T, nullable=False), Column("administrationroute", T, nullable=False))
     Table("costrecords", md, _pk(), pid(), adm(), Column("eventtype", T, nullable=False),
-          Column("costid", I, nullable=False), Column("costdatetime", T, nullable=False),
-          Column("costamount", D, nullable=False))
-    Table("clinicalevents", md, _pk(), pid(), adm(), icu(),
-          Column("itemcode", I, ForeignKey("clinicalitemtypes.itemcode"), nullable=False),
-          Column("recordeddatetime", T, nullable=False), Column("value", D), Column("unit", T))
-    Table("intakerecords", md, _pk(), pid(), adm(), icu(), Column("startdatetime", T, nullable=False),
-          Column("itemcode", I, ForeignKey("clinicalitemtypes.itemcode"), nullable=False),
+          Column("costid", I, *(ForeignKey(f"{t}.recordid") for t in ("admissiondiagnoses", "admissionprocedures",
+                                                                       "labresults", "medicationorders")),
+                 nullable=False),
+          Column("costdatetime", T, nullable=False), Column("costamount", D, nullable=False))
+    Table("clinicalevents", md, _pk(), pid(), adm(), icu(), item(), Column("recordeddatetime", T, nullable=False),
+          Column("value", D), Column("unit", T))
+    Table("intakerecords", md, _pk(), pid(), adm(), icu(), Column("startdatetime", T, nullable=False), item(),
           Column("totalvolume", D), Column("volumeunit", T))
-    Table("outputrecords", md, _pk(), pid(), adm(), icu(), Column("recordeddatetime", T, nullable=False),
-          Column("itemcode", I, ForeignKey("clinicalitemtypes.itemcode"), nullable=False),
+    Table("outputrecords", md, _pk(), pid(), adm(), icu(), Column("recordeddatetime", T, nullable=False), item(),
           Column("volume", D), Column("volumeunit", T))
     Table("microbiologyresults", md, _pk(), pid(), adm(), Column("collecteddatetime", T, nullable=False),
           Column("specimentype", T), Column("testname", T), Column("organismname", T))

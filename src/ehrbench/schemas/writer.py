@@ -16,10 +16,23 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.ext.compiler import compiles
 
 from .ids import unique_ids
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+class INT(sa.types.Integer):
+    """`INT` in the DDL, as EHR-ChatQA's authors declare their integers (`mimic_iv_star.sql`, `eicu_star.sql`): the
+    generic type writes `INTEGER`, which the original's `column_search` prints as `INTEGEREGER`. SQLite gives both
+    INTEGER affinity; as a primary key `INT` is not the rowid, so it keeps an index of its own, as theirs do."""
+    cache_ok = True
+
+
+@compiles(INT)
+def _int(type_, compiler, **kw) -> str:
+    return "INT"
 
 
 def fmt_time(t: datetime | None) -> str | None:

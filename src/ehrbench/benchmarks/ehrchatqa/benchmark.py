@@ -138,8 +138,8 @@ class EhrChatQA(Benchmark):
                 policy = replace(ORIGINAL, reask_budget_s=budget, reask_wait_s=float(self.options.get(
                     "reask_wait_s", ORIGINAL.reask_wait_s)))
             agent = ToolCallingAgent(settings.model_for("agent", meter), agent_system_prompt(task.db_id, task.task_type),
-                                     tool_schemas(INDEXED_COLUMNS[task.db_id]), temperature=0.0, seed=seed,
-                                     policy=policy)
+                                     tool_schemas(INDEXED_COLUMNS[task.db_id]), temperature=0.0,
+                                     seed=None if self.original else seed, policy=policy)
         validate = None
         if settings.validator_model:
             validator = SimulationValidator(settings.model_for("validator", meter), prompts()["validator_system"],
@@ -160,7 +160,7 @@ class EhrChatQA(Benchmark):
         return LLMUser(settings.model_for("user", meter), user_prompts(task.instruction),
                        strategy=settings.user_strategy, verifier=settings.model_for("verifier", meter),
                        reflection=settings.model_for("reflection", meter), mistakes=mistakes,
-                       temperature=settings.user_temperature, seed=seed,
+                       temperature=settings.user_temperature, seed=None if self.original else seed,
                        on_filter_failure=settings.user_on_filter_failure)
 
     # --- results -----------------------------------------------------------------------------------------------

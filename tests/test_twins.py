@@ -1,0 +1,91 @@
+"""Twin runs (docs/twins.md): each fixture holds what the authors' own harness sent every model role, in order, and
+the scores it gave, recorded on ehrbench's world with one script of replies; ehrbench, answered from the same script,
+must send the same requests and give the same scores, apart from the rows of the benchmark's Differences table the
+fixture names. And the check can fail: a changed word, parameter, tool string or score is seen."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from .twins import ehrchatqa
+from .twins.kit import FIXTURES, Fixture, compare, compare_scores, normalise, replay, summary
+from .twins.record import build_databases, database_digest
+
+COMPARED = {"agent", "user", "verifier", "reflection", "validator"}    # the embedder's batches are the index's
+
+
+def _task_dir(tmp_path, tasks: list[dict]):
+    folder = tmp_path / "tasks"
+    for t in tasks:
+        path = folder / t["db_id"] / f"eval_{t['task_type']}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = json.loads(path.read_text()) if path.exists() else []
+        path.write_text(json.dumps(rows + [t]))
+    for db in ("mimic_iv_star", "eicu_star"):       # every flow file exists, empty where no task is replayed
+        for flow in ("incre", "adapt"):
+            path = folder / db / f"eval_{flow}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                path.write_text("[]")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ehrchatqa_runs(ray_cluster, shared_world, tmp_path_factory):
+    """Every EHR-ChatQA scenario replayed once through ehrbench (a module's worth of main-job runs)."""
+    out = {}
+    for path in sorted(FIXTURES.glob("ehrchatqa_*.json.gz")):
+        fixture = Fixture.load(path)
+        databases = build_databases(sorted({t["db_id"] for t in fixture.tasks}), shared_world / "gen")
+        world = fixture.provenance["world"]["databases"]
+        assert {db: database_digest(p) for db, p in databases.items()} == world, (
+            f"{path.name} was recorded on another world: re-record it (docs/twins.md)")
+        tmp = tmp_path_factory.mktemp(f"twin-{fixture.scenario}")
+        overrides = [*fixture.ehrbench["overrides"], f"data.root={shared_world / 'gen'}",
+                     f"data.index_cache={tmp / 'vi'}"]
+        out[fixture.scenario] = (fixture, replay(fixture, ehrchatqa.router(fixture.tasks), overrides, {
+            "task_dir": str(_task_dir(tmp, fixture.tasks)), "address": ray_cluster.address}, tmp / "mlruns"))
+    return out
+
+
+SCENARIOS = sorted(p.name.split("_", 1)[1].split(".")[0] for p in FIXTURES.glob("ehrchatqa_*.json.gz"))
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_ehrchatqa_sends_what_its_authors_harness_sent_and_scores_the_same(ehrchatqa_runs, scenario):
+    fixture, got = ehrchatqa_runs[scenario]
+    problems = compare(fixture, got.requests, COMPARED)
+    assert not problems, summary(problems)
+    assert not compare_scores(fixture, got.scores)
+
+
+def test_the_twin_check_sees_one_changed_word_parameter_tool_string_or_score(ehrchatqa_runs):
+    fixture, got = ehrchatqa_runs["clean"]
+    task = "mimic_iv_star/incre/0"
+    for role, change in (("agent", lambda r: r["messages"][0].__setitem__("content", r["messages"][0]["content"]
+                                                                          .replace("DB agent", "database agent", 1))),
+                         ("agent", lambda r: r.__setitem__("temperature", 0.2)),
+                         ("agent", lambda r: next(m for m in r["messages"] if m["role"] == "tool")
+                          .__setitem__("content", "Error: changed")),
+                         ("validator", lambda r: r.pop("response_format"))):
+        mutated = copy.deepcopy(got.requests)
+        change(mutated[task][role][-1])
+        assert compare(fixture, mutated, COMPARED), (role, "a change no comparison saw")
+    scores = {**got.scores, task: [0.0]}
+    assert compare_scores(fixture, scores)
+
+
+def test_normalising_drops_only_the_wire_noise():
+    a = {"model": "m", "n": 1, "messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_abc", "function": {"name": "f", "arguments": '{"x": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_abc", "content": "r"}],
+        "response_format": {"json_schema": {"schema": {"title": "Out", "properties": {"a": {"title": "A"}}}}}}
+    b = {"messages": [{"role": "assistant", "tool_calls": [{"type": "function", "id": "xyz",
+                                                            "function": {"name": "f", "arguments": '{"x":1}'}}]},
+                      {"role": "tool", "content": "r", "tool_call_id": "xyz"}], "model": "m",
+         "response_format": {"json_schema": {"schema": {"properties": {"a": {}}}}}}
+    assert normalise("/v1/chat/completions", a) == normalise("/v1/chat/completions", b)
+    assert normalise("/v1/chat/completions", {**b, "seed": 3}) != normalise("/v1/chat/completions", b)
+    assert normalise("/v1/chat/completions", {**b, "n": 2}) != normalise("/v1/chat/completions", b)

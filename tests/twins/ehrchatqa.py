@@ -1,0 +1,133 @@
+"""EHR-ChatQA's twin: how its requests are told apart, its scenarios' scripts, the layout its authors' harness reads
+(glee4810/EHR-ChatQA: `src/envs/<db>/<db>.sqlite`, `src/envs/<db>/eval_<flow>.jsonl` as one JSON array, run from the
+repository's root) and where it writes its scores (`results/*.jsonl`, one `EnvRunResult` per attempt).
+
+The scripts are written from the tasks (their gold SQL and answers), never from what a harness answered, so the same
+script plays both harnesses. Every task's user opens with a sentence naming the task (its marker for the agent's
+requests; the instruction marks the user's, verifier's, reflection's and validator's).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .kit import Router, has_tools, is_embedding, system_text
+
+TASK_DIR = Path(__file__).resolve().parents[2] / "data" / "tasks" / "ehrchatqa"
+CELLS = [(db, flow) for db in ("mimic_iv_star", "eicu_star") for flow in ("incre", "adapt")]
+# a table, a text column and a value each tool is shown searching, per database
+EXPLORE = {"mimic_iv_star": ("hospitaladmissions", "diagnosiscodes", "description", "hyper", "labtesttypes",
+                             "itemname", "glucose"),
+           "eicu_star": ("icupatient", "lab", "lab_name", "gluc", "lab", "lab_name", "glucose")}
+# how ehrbench runs the same tasks: every role on gpt-4o through the provider, as the recording ran the original
+EHRBENCH_OVERRIDES = ["benchmark=ehrchatqa", "benchmark.task_dir={task_dir}", "trials=1", "model=gpt-4o",
+                      "model.base_url={url}/v1", "user=gemini-2.0-flash", "model@user.model=gpt-4o",
+                      "user.model.base_url={url}/v1", "model@validator.model=gpt-4o",
+                      "validator.model.base_url={url}/v1", "data.embedder.provider=openai",
+                      "data.embedder.base_url={url}/v1", "data.dictionary=used"]
+# the rows of docs/benchmarks/ehrchatqa.md's "Differences from the original" the twins see
+DIFFERENCES = [{"row": "value_substring_search lists its values in the order SQLite finds them; the original's "
+                       "come out of a Python set, in an order that changes with the process's hash seed",
+                "role": "agent", "field": "messages.*.content", "kind": "unordered_list"}]
+NO_ERROR = json.dumps({"explanation": "The user followed the rules.", "broken_rule": "", "evidence": "",
+                       "result": "no_error"})
+USER_ERROR = json.dumps({"explanation": "The user gave away every goal in the first turn.",
+                         "broken_rule": "Do not reveal all your goals at once.", "evidence": "the opening",
+                         "result": "user_error"})
+
+
+def role_of(path: str, body: dict) -> str:
+    system = system_text(path, body)
+    if is_embedding(path):
+        return "embedder"
+    if has_tools(body):
+        return "agent"
+    for role, opening in (("user", "Your task is to simulate a user"), ("verifier", "your goal is to verify"),
+                          ("reflection", "You need to generate a Reflection"),
+                          ("validator", "Your task is to determine whether [USER]")):
+        if opening in system:
+            return role
+    return "unknown"
+
+
+def key(task: dict) -> str:
+    return f"{task['db_id']}/{task['task_type']}/{task['task_id']}"
+
+
+def opening(task: dict) -> str:
+    return f"I need something from the records, case {task['db_id']} {task['task_type']} {task['task_id']}."
+
+
+def router(tasks: list[dict]) -> Router:
+    return Router(roles=[("embedder", lambda p, b: is_embedding(p)), ("agent", lambda p, b: role_of(p, b) == "agent"),
+                         *[(r, lambda p, b, r=r: role_of(p, b) == r)
+                           for r in ("user", "verifier", "reflection", "validator")]],
+                  markers={key(t): [t["instruction"], opening(t)] for t in tasks})
+
+
+def pick_tasks(per_cell: int = 1) -> list[dict]:
+    """The first `per_cell` tasks of each database and flow from the project's shipped task files."""
+    out = []
+    for db, flow in CELLS:
+        out += json.loads((TASK_DIR / db / f"eval_{flow}.jsonl").read_text())[:per_cell]
+    return out
+
+
+def call(name: str, **args) -> dict:
+    return {"tool": name, "args": args}
+
+
+def answer(task: dict) -> str:
+    gold = [row[0] for row in task["gold_answer"]]
+    text = ", ".join(str(v) for v in gold)
+    return f"Here is what I found: <answer>{text}</answer>" if task["task_type"] == "adapt" else \
+        f"The query returned {text}."
+
+
+def explore(task: dict) -> list[dict]:
+    table, search_table, column, fragment, sim_table, sim_column, concept = EXPLORE[task["db_id"]]
+    return [call("table_search", tool_input=""), call("column_search", table_names=table),
+            call("value_substring_search", table=search_table, column=column, value=fragment),
+            call("value_similarity_search", table=sim_table, column=sim_column, value=concept, k=5)]
+
+
+def clean(task: dict) -> dict[str, list[dict]]:
+    """The gold path through five tools (web_search left out: the original's needs Tavily), a bad table name, an
+    SQL error, the double-check turn and the validator."""
+    agent = [*explore(task), call("column_search", table_names="no_such_table"),
+             call("sql_execute", query="SELECT nothing FROM nowhere"), call("sql_execute", query=task["gold_sql"]),
+             {"text": answer(task)}, {"text": "Yes, I checked it again. " + answer(task)}]
+    return {"user": [{"text": opening(task)}, {"text": "Does that cover everything I asked for?"},
+                     {"text": "###END###"}],
+            "verifier": [{"text": "yes"}, {"text": "yes"}], "agent": agent, "validator": [{"text": NO_ERROR}]}
+
+
+SCENARIOS = {"clean": clean}
+
+
+def script(scenario: str, tasks: list[dict]) -> dict[str, dict[str, list[dict]]]:
+    return {key(t): SCENARIOS[scenario](t) for t in tasks}
+
+
+def export(out: Path, tasks: list[dict], databases: dict[str, Path]) -> None:
+    """The tasks and ehrbench's database files in the layout the authors' harness reads (its working copy `out`)."""
+    for db, path in databases.items():
+        folder = out / "src" / "envs" / db
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, folder / f"{db}.sqlite")
+        for flow in ("incre", "adapt"):
+            (folder / f"eval_{flow}.jsonl").write_text(json.dumps(
+                [{k: t[k] for k in ("db_id", "task_id", "task_type", "instruction", "gold_sql", "gold_answer")}
+                 for t in tasks if t["db_id"] == db and t["task_type"] == flow], indent=1))
+
+
+def original_scores(out: Path) -> dict[str, list[float | None]]:
+    """Each task's rewards, one per trial, as the harness's result files hold them: a trial's last attempt (a
+    validator-rejected attempt is written with reward None, then the next)."""
+    scores: dict[str, list] = {}
+    for f in sorted((out / "results").glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            scores.setdefault(f"{r['db_id']}/{r['task_type']}/{r['task_id']}", []).append(r["reward"])
+    return {k: [v for v in rewards if v is not None] for k, rewards in scores.items()}
