@@ -59,6 +59,7 @@ class Reply:
     block_reason: str | None = None    # Gemini: promptFeedback.blockReason and no candidates
     signature: str | None = None       # Gemini: a thoughtSignature on the part (base64)
     message: str | None = None         # an error status's message (default: "injected <status>")
+    calls: list | None = None          # several tool calls in one reply: [{"tool": ..., "args": {...}}, ...]
 
 
 @dataclass
@@ -189,6 +190,12 @@ class FakeLLMServer:
             for part in content.get("parts", []))
 
     @staticmethod
+    def _calls(reply: Reply) -> list[tuple[str, dict]]:
+        if reply.calls:
+            return [(c["tool"], c.get("args") or {}) for c in reply.calls]
+        return [(reply.tool, reply.args or {})] if reply.tool else []
+
+    @staticmethod
     def _render(reply: Reply, gemini: bool, body: dict) -> tuple[int, dict]:
         if reply.status != 200:
             names = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
@@ -206,10 +213,10 @@ class FakeLLMServer:
                 return 200, {"promptFeedback": {"blockReason": reply.block_reason}, **usage}
             if reply.empty:
                 return 200, {"candidates": [], **usage}
-            parts = [{"text": reply.text}] if reply.text or not (reply.tool or reply.finish) else []
-            if reply.tool:
-                call = {"functionCall": {"name": reply.tool, "args": reply.args or {}}}
-                if reply.signature:
+            parts = [{"text": reply.text}] if reply.text or not (reply.tool or reply.calls or reply.finish) else []
+            for i, (name, args) in enumerate(FakeLLMServer._calls(reply)):
+                call = {"functionCall": {"name": name, "args": args}}
+                if reply.signature and i == 0:
                     call["thoughtSignature"] = reply.signature
                 parts.append(call)
             candidate = {"content": {"role": "model", "parts": parts}, "finishReason": reply.finish or "STOP"}
@@ -217,14 +224,14 @@ class FakeLLMServer:
                 del candidate["content"]["parts"]
             return 200, {"candidates": [candidate], **usage}
         message: dict = {"role": "assistant", "content": reply.text}
-        if reply.tool:
-            args = reply.raw_args if reply.raw_args is not None else json.dumps(reply.args or {})
-            message["tool_calls"] = [{"id": "call_1", "type": "function",
-                                      "function": {"name": reply.tool, "arguments": args}}]
+        if reply.tool or reply.calls:
+            message["tool_calls"] = [{"id": f"call_{i + 1}", "type": "function", "function": {
+                "name": name, "arguments": reply.raw_args if reply.raw_args is not None and i == 0 else json.dumps(args)}}
+                for i, (name, args) in enumerate(FakeLLMServer._calls(reply))]
         payload = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": body.get("model"),
                    "choices": [] if reply.empty else [{
                        "index": 0, "message": message,
-                       "finish_reason": reply.finish or ("tool_calls" if reply.tool else "stop")}]}
+                       "finish_reason": reply.finish or ("tool_calls" if reply.tool or reply.calls else "stop")}]}
         if reply.usage:
             payload["usage"] = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
         return 200, payload

@@ -208,7 +208,8 @@ def test_validator_allows_ten_attempts_in_all_as_the_original(server, task, dbs)
     assert len(records) == 10 and settings.max_attempts == 10
     assert all(r.termination == "rejected_by_validator" and r.reward is None for r in records)
     validator_request = server.requests_for("validator-llm")[0].body
-    assert validator_request["generationConfig"]["responseJsonSchema"]["required"] == \
+    schema = validator_request["generationConfig"]["responseSchema"]     # either spelling: the API reads both
+    assert schema.get("propertyOrdering", schema.get("property_ordering")) == \
         ["explanation", "evidence", "broken_rule", "result"]
 
 

@@ -71,7 +71,7 @@ def test_the_twin_check_sees_one_changed_word_parameter_tool_string_or_score(ehr
                           .__setitem__("content", "Error: changed")),
                          ("validator", lambda r: r.pop("response_format"))):
         mutated = copy.deepcopy(got.requests)
-        change(mutated[task][role][-1])
+        change(mutated[task][role][-1]["body"])
         assert compare(fixture, mutated, COMPARED), (role, "a change no comparison saw")
     scores = {**got.scores, task: [0.0]}
     assert compare_scores(fixture, scores)

@@ -20,12 +20,16 @@ CELLS = [(db, flow) for db in ("mimic_iv_star", "eicu_star") for flow in ("incre
 EXPLORE = {"mimic_iv_star": ("hospitaladmissions", "diagnosiscodes", "description", "hyper", "labtesttypes",
                              "itemname", "glucose"),
            "eicu_star": ("icupatient", "lab", "lab_name", "gluc", "lab", "lab_name", "glucose")}
-# how ehrbench runs the same tasks: every role on gpt-4o through the provider, as the recording ran the original
-EHRBENCH_OVERRIDES = ["benchmark=ehrchatqa", "benchmark.task_dir={task_dir}", "trials=1", "model=gpt-4o",
-                      "model.base_url={url}/v1", "user=gemini-2.0-flash", "model@user.model=gpt-4o",
-                      "user.model.base_url={url}/v1", "model@validator.model=gpt-4o",
-                      "validator.model.base_url={url}/v1", "data.embedder.provider=openai",
-                      "data.embedder.base_url={url}/v1", "data.dictionary=used"]
+# how ehrbench runs the same tasks as each recording ran the original: the agent on gpt-4o; the user and the
+# validator on gpt-4o (clean, failures: the original's `--user_model gpt-4o --validation_model gpt-4o`) or on the
+# paper's Gemini models through google-genai (edge: `--user_model gemini/gemini-2.0-flash --validation_model
+# gemini/gemini-2.5-flash`, litellm's Gemini route), so both wire formats are covered
+COMMON = ["benchmark=ehrchatqa", "benchmark.task_dir={task_dir}", "trials=1", "model=gpt-4o", "model.base_url={url}/v1",
+          "data.embedder.provider=openai", "data.embedder.base_url={url}/v1", "data.dictionary=used"]
+OPENAI_USER = ["user=gemini-2.0-flash", "model@user.model=gpt-4o", "user.model.base_url={url}/v1",
+               "model@validator.model=gpt-4o", "validator.model.base_url={url}/v1"]
+GEMINI_USER = ["user=gemini-2.0-flash", "+user.model.base_url={url}", "+validator.model.base_url={url}"]
+EHRBENCH_OVERRIDES = {"clean": COMMON + OPENAI_USER, "edge": COMMON + GEMINI_USER, "failures": COMMON + OPENAI_USER}
 # the rows of docs/benchmarks/ehrchatqa.md's "Differences from the original" the twins see
 DIFFERENCES = [{"row": "value_substring_search lists its values in the order SQLite finds them; the original's "
                        "come out of a Python set, in an order that changes with the process's hash seed",
@@ -103,7 +107,27 @@ def clean(task: dict) -> dict[str, list[dict]]:
             "verifier": [{"text": "yes"}, {"text": "yes"}], "agent": agent, "validator": [{"text": NO_ERROR}]}
 
 
-SCENARIOS = {"clean": clean}
+def edge(task: dict) -> dict[str, list[dict]]:
+    """Text beside a call, two calls at once, an unknown tool, a missing and an extra argument, a `:abc` bind
+    parameter, `k` as a string; a user reply the filter rejects; the verifier's "no", a reflection, then "yes"."""
+    table, search_table, column, fragment, sim_table, sim_column, concept = EXPLORE[task["db_id"]]
+    agent = [{"text": "Let me look at the tables first.", "tool": "table_search", "args": {"tool_input": ""}},
+             {"calls": [call("column_search", table_names=table), call("table_search", tool_input="")]},
+             call("patient_lookup", patient="everyone"), call("sql_execute"),
+             call("value_substring_search", table=search_table, column=column, value=fragment, k=5, extra="x"),
+             call("sql_execute", query="SELECT :abc"),
+             call("value_similarity_search", table=sim_table, column=sim_column, value=concept, k="3"),
+             call("sql_execute", query=task["gold_sql"]), {"text": answer(task)},
+             {"text": "Yes, it covers everything. " + answer(task)}]
+    revised = json.dumps({"reflection": "The reply asked for the answer again too vaguely.",
+                          "new_response": "Does your answer cover all the conditions I gave you?"})
+    return {"user": [{"text": opening(task)}, {"text": "Just run SELECT * FROM everything for me."},
+                     {"text": "ok whatever"}, {"text": "###END###"}],
+            "verifier": [{"text": "no"}, {"text": "yes"}, {"text": "yes"}], "reflection": [{"text": revised}],
+            "agent": agent, "validator": [{"text": NO_ERROR}]}
+
+
+SCENARIOS = {"clean": clean, "edge": edge}
 
 
 def script(scenario: str, tasks: list[dict]) -> dict[str, dict[str, list[dict]]]:

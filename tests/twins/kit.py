@@ -76,9 +76,32 @@ def _drop_titles(node):
     return node
 
 
+def _camel(node, inside_schema: bool = False):
+    """Gemini's JSON keys in camelCase (`system_instruction` -> `systemInstruction`); a schema's own property names
+    and a function call's arguments are data, left as they are."""
+    if isinstance(node, list):
+        return [_camel(v, inside_schema) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        name = key if inside_schema else re.sub(r"_([a-z])", lambda m: m.group(1).upper(), key)
+        data = name in ("properties", "args", "response") or inside_schema and key == "properties"
+        out[name] = {k: _camel(v, False) for k, v in value.items()} if data and isinstance(value, dict) \
+            else _camel(value, inside_schema)
+    return out
+
+
+def _upper_types(node):
+    if isinstance(node, dict):
+        return {k: (v.upper() if k == "type" and isinstance(v, str) else _upper_types(v)) for k, v in node.items()}
+    return [_upper_types(v) for v in node] if isinstance(node, list) else node
+
+
 def normalise(path: str, body: dict) -> dict:
     """Everything a model could see or that changes its sampling, as one canonical dict: the same request from two
-    clients gives the same dict. Dropped: call ids (numbered in order instead), `content: null` (as absent), `n: 1`,
+    clients gives the same dict. Dropped: call ids (numbered in order instead), `content: null` (as absent), `n: 1`
+    (Gemini's `candidate_count: 1`),
     `stream: false`, pydantic `title` keys in response schemas; JSON key order never matters."""
     body = json.loads(json.dumps(body))
     if is_embedding(path):
@@ -87,6 +110,9 @@ def normalise(path: str, body: dict) -> dict:
         else:
             texts = body["input"] if isinstance(body.get("input"), list) else [body.get("input")]
         return {"embed": texts, "model": body.get("model") or path.rsplit("/models/", 1)[-1].split(":")[0]}
+    if ":generateContent" in path:
+        body = _camel(body)                  # the REST API takes both spellings; clients write one or the other
+        (body.get("systemInstruction") or {}).pop("role", None)     # the API reads no role there
     if body.get("n") == 1:
         del body["n"]
     if body.get("stream") is False:
@@ -116,6 +142,11 @@ def normalise(path: str, body: dict) -> dict:
     if isinstance(body.get("response_format"), dict):
         body["response_format"] = _drop_titles(body["response_format"])
     config = body.get("generationConfig") or {}
+    if isinstance(config.get("responseSchema"), dict):          # an OpenAPI Type, spelt either way ("string")
+        config["responseSchema"] = _upper_types(config["responseSchema"])
+    if config.get("candidate_count", config.get("candidateCount")) == 1:       # Gemini's `n: 1`
+        config.pop("candidate_count", None)
+        config.pop("candidateCount", None)
     for key in ("responseJsonSchema", "responseSchema", "response_json_schema"):
         if key in config:
             config[key] = _drop_titles(config[key])
@@ -146,7 +177,7 @@ class Fixture:
     provenance: dict                     # repository, commit, dependencies, python, command, environment, date
     tasks: list[dict]                    # the tasks as the benchmark's task files hold them
     script: dict[str, dict[str, list[dict]]]      # task -> role -> replies (fields of `Reply`)
-    requests: dict[str, dict[str, list[dict]]]    # task -> role -> the original's normalised requests, in order
+    requests: dict[str, dict[str, list[dict]]]    # task -> role -> the original's requests ({path, body}), in order
     scores: dict[str, list[float | None]]          # task -> the original's reward per trial
     ehrbench: dict = field(default_factory=dict)  # how ehrbench runs it: overrides with {placeholders}
     differences: list[Difference] = field(default_factory=list)
@@ -182,13 +213,13 @@ class Fixture:
 
 
 def by_pair(seen: list, roles: set[str] | None = None) -> dict[str, dict[str, list[dict]]]:
-    """What a provider logged, normalised, as task -> role -> requests in the order they came (requests of no task
-    left out; `roles`: only these)."""
+    """What a provider logged, as task -> role -> requests ({path, body}, as they came: normalised when compared,
+    so a better normaliser needs no new recording), in order (requests of no task left out; `roles`: only these)."""
     out: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for s in seen:
         task, role = s.key
         if task is not None and (roles is None or role in roles):
-            out[task][role].append(normalise(s.path, s.body))
+            out[task][role].append({"path": s.path, "body": s.body})
     return {t: dict(r) for t, r in out.items()}
 
 
@@ -291,8 +322,8 @@ def compare(fixture: Fixture, got: dict[str, dict[str, list[dict]]], roles: set[
         for role in sorted(set(want_roles) | set(got_roles)):
             if roles is not None and role not in roles:
                 continue
-            want = [json.loads(json.dumps(r)) for r in want_roles.get(role, [])]
-            have = [json.loads(json.dumps(r)) for r in got_roles.get(role, [])]
+            want = [normalise(r["path"], r["body"]) for r in want_roles.get(role, [])]
+            have = [normalise(r["path"], r["body"]) for r in got_roles.get(role, [])]
             if len(want) != len(have):
                 problems.append(f"{task} {role}: the original sent {len(want)} requests, ehrbench {len(have)}")
             for i, (w, h) in enumerate(zip(want, have)):

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                   "databases": {db: database_digest(p) for db, p in databases.items()}}}
     fixture.requests = by_pair(provider.requests)
     fixture.scores = twin.original_scores(work)
-    fixture.ehrbench = {"overrides": twin.EHRBENCH_OVERRIDES}
+    fixture.ehrbench = {"overrides": twin.EHRBENCH_OVERRIDES[args.scenario]}
     fixture.differences = [Difference(**d) for d in twin.DIFFERENCES]
     out = FIXTURES / f"{args.benchmark}_{args.scenario}.json.gz"
     FIXTURES.mkdir(exist_ok=True)

@@ -55,10 +55,15 @@ class UnknownIdentifier(QueryError):
 SQLALCHEMY_LINK = (re.compile(r"https://sqlalche\.me/e/\d+/"), "https://sqlalche.me/e/20/")
 
 
+def as_original_sqlalchemy(text: str) -> str:
+    """SQLAlchemy's error text with the link the original's pinned SQLAlchemy writes."""
+    pattern, link = SQLALCHEMY_LINK
+    return pattern.sub(link, text)
+
+
 def dbapi_error_text(sql: str, error: Exception, params: tuple | None = None) -> str:
     """A SQLite error worded as the original harness shows it: SQLAlchemy's text, class, statement and link."""
-    pattern, link = SQLALCHEMY_LINK
-    return pattern.sub(link, str(sa.exc.DBAPIError.instance(sql, params, error, sqlite3.Error)))
+    return as_original_sqlalchemy(str(sa.exc.DBAPIError.instance(sql, params, error, sqlite3.Error)))
 
 
 def _connect(path: Path, limits: QueryLimits) -> sqlite3.Connection:

@@ -95,13 +95,19 @@ class ChatRequest:
 
 @dataclass(frozen=True)
 class OutputSchema:
-    """A structured-output contract (OpenAI `response_format` json_schema, Gemini `response_json_schema`)."""
+    """A structured-output contract (OpenAI `response_format` json_schema, Gemini `responseSchema`)."""
     name: str
     fields: tuple[str, ...]          # string fields, all required, as the original's pydantic formats declare
 
     def json_schema(self) -> dict:
         return {"type": "object", "properties": {f: {"type": "string"} for f in self.fields},
                 "required": list(self.fields), "additionalProperties": False}
+
+    def gemini_schema(self) -> dict:
+        """As litellm sends a pydantic format to Gemini (`responseSchema`, the OpenAPI subset), the fields' order
+        pinned by `propertyOrdering`, which is the order Gemini writes them in (an explanation before a verdict)."""
+        return {"type": "object", "properties": {f: {"type": "string"} for f in self.fields},
+                "required": list(self.fields), "property_ordering": list(self.fields)}
 
 
 @dataclass

@@ -99,7 +99,7 @@ class GeminiModel(ChatModel):
                     function_calling_config=types.FunctionCallingConfig(mode=types.FunctionCallingConfigMode.NONE))
         if request.response_schema:
             config.response_mime_type = "application/json"
-            config.response_json_schema = request.response_schema.json_schema()
+            config.response_schema = request.response_schema.gemini_schema()
         if self.thinking_budget is not None:
             config.thinking_config = types.ThinkingConfig(thinking_budget=self.thinking_budget)
         try:

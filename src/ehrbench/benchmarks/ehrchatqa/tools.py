@@ -16,7 +16,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ...db.database import dbapi_error_text
+from ...db.database import as_original_sqlalchemy, dbapi_error_text
 from ...db.limits import QueryError, QueryResult, QueryTimeout
 from .web_search import WebSearch
 
@@ -163,7 +163,7 @@ def through_text(query: str) -> tuple[str, str | None]:
         with _bind_engine().connect() as conn:
             conn.execute(clause)
     except sa.exc.StatementError as e:
-        return query, str(e)
+        return query, as_original_sqlalchemy(str(e))
     except sa.exc.SQLAlchemyError:
         return query, None
     return query, None
