@@ -383,3 +383,20 @@ def test_the_contract_is_checked_at_start_and_recorded_with_its_departures():
     assert EhrChatQA(dict(EHRCHATQA_OPTIONS)).contract() == ("original", [])
     name, departures = EhrChatQA({**EHRCHATQA_OPTIONS, "contract": "ehrbench", "max_observation_chars": 50000}).contract()
     assert name == "ehrbench" and len(departures) == 2 and "max_observation_chars=50000" in departures[1]
+
+
+def test_the_originals_cost_figure_leaves_out_the_attempts_it_does_not_score():
+    """metric.py sums the cost of the attempts with a reward only: a simulation the validator rejected is not in
+    its figure, while ehrbench's cost_usd/<role> counts it (it was paid for). Both are logged, under their names."""
+    from ehrbench.__main__ import usage_metrics
+    from ehrbench.benchmarks.ehrchatqa.benchmark import original_costs
+    from ehrbench.trial import TrialRecord
+
+    rejected = TrialRecord("t", 0, "rejected_by_validator", None, final=False,
+                           usage={"agent": {"cost_usd": 1.0}, "user": {"cost_usd": 0.1}, "validator": {"cost_usd": 0.5}})
+    scored = TrialRecord("t", 0, "user_stop", 1.0, usage={"agent": {"cost_usd": 2.0}, "user": {"cost_usd": 0.25},
+                                                         "verifier": {"cost_usd": 0.125}, "reflection": {"cost_usd": 0.125},
+                                                         "validator": {"cost_usd": 0.5}})
+    assert original_costs([rejected, scored]) == {"cost_usd_original/agent": 2.0, "cost_usd_original/user": 0.5,
+                                                  "cost_usd_original/eval": 0.5, "cost_usd_original/all": 3.0}
+    assert usage_metrics([rejected, scored])["cost_usd/all"] == 4.6

@@ -34,20 +34,26 @@ def _task_dir(tmp_path, tasks: list[dict]):
 
 @pytest.fixture(scope="module")
 def ehrchatqa_runs(ray_cluster, shared_world, tmp_path_factory):
-    """Every EHR-ChatQA scenario replayed once through ehrbench (a module's worth of main-job runs)."""
-    out = {}
-    for path in sorted(FIXTURES.glob("ehrchatqa_*.json.gz")):
-        fixture = Fixture.load(path)
-        databases = build_databases(sorted({t["db_id"] for t in fixture.tasks}), shared_world / "gen")
-        world = fixture.provenance["world"]["databases"]
-        assert {db: database_digest(p) for db, p in databases.items()} == world, (
-            f"{path.name} was recorded on another world: re-record it (docs/twins.md)")
+    """Every EHR-ChatQA scenario replayed once through ehrbench, side by side on the session's cluster (each run
+    spends most of its time waiting, as the original does, before asking again)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fixtures = [Fixture.load(path) for path in sorted(FIXTURES.glob("ehrchatqa_*.json.gz"))]
+    databases = build_databases(sorted({t["db_id"] for f in fixtures for t in f.tasks}), shared_world / "gen")
+    digests = {db: database_digest(p) for db, p in databases.items()}
+    for fixture in fixtures:
+        assert {db: digests[db] for db in fixture.provenance["world"]["databases"]} == \
+            fixture.provenance["world"]["databases"], \
+            f"{fixture.scenario} was recorded on another world: record it again (docs/twins.md)"
+
+    def run(fixture):
         tmp = tmp_path_factory.mktemp(f"twin-{fixture.scenario}")
         overrides = [*fixture.ehrbench["overrides"], f"data.root={shared_world / 'gen'}",
                      f"data.index_cache={tmp / 'vi'}"]
-        out[fixture.scenario] = (fixture, replay(fixture, ehrchatqa.router(fixture.tasks), overrides, {
-            "task_dir": str(_task_dir(tmp, fixture.tasks)), "address": ray_cluster.address}, tmp / "mlruns"))
-    return out
+        return fixture, replay(fixture, ehrchatqa.router(fixture.tasks), overrides, {
+            "task_dir": str(_task_dir(tmp, fixture.tasks)), "address": ray_cluster.address}, tmp / "mlruns")
+    with ThreadPoolExecutor(len(fixtures)) as pool:
+        return {f.scenario: out for f, out in zip(fixtures, pool.map(run, fixtures))}
 
 
 SCENARIOS = sorted(p.name.split("_", 1)[1].split(".")[0] for p in FIXTURES.glob("ehrchatqa_*.json.gz"))

@@ -27,9 +27,10 @@ from .db.limits import cap_observation
 class InfrastructureError(Exception):
     """Raised by model clients, user simulators or tool hosts when the failure is not the agent's doing."""
 
-    def __init__(self, message: str, source: str = "model", agent_caused: bool = False):
+    def __init__(self, message: str, source: str = "model", agent_caused: bool = False, status: int | None = None):
         super().__init__(message)
         self.source = source  # "model" | "user" | "tool"
+        self.status = status if isinstance(status, int) else None   # the provider's HTTP status, when it sent one
         # The provider refused what the request held (a context overflow, a malformed conversation: HTTP 400):
         # in the agent's own turn that is the agent's doing, scored as its benchmark scores a failed turn; anywhere
         # else (a user, a judge) it is re-run like any infrastructure failure.

@@ -127,7 +127,43 @@ def edge(task: dict) -> dict[str, list[dict]]:
             "agent": agent, "validator": [{"text": NO_ERROR}]}
 
 
-SCENARIOS = {"clean": clean, "edge": edge}
+CONTEXT_400 = {"status": 400, "message": "This model's maximum context length is 128000 tokens. However, your "
+               "messages resulted in 131072 tokens. Please reduce the length of the messages."}
+
+
+def failures(task: dict) -> dict[str, list[dict]]:
+    """Each task meets other failures. MIMIC-IV* IncreQA: a 429 then success, a malformed call, a non-context HTTP 400,
+    and the validator rejecting the first attempt (the second is told why). MIMIC-IV* AdaptQA: a reply cut off with
+    text, one cut off before any text, a blocked one. eICU* IncreQA: a refusal for the context's size. eICU*
+    AdaptQA: an HTTP 200 without choices, then the 30-step limit."""
+    table = EXPLORE[task["db_id"]][0]
+    done = [{"text": "Does that cover everything I asked for?"}, {"text": "###END###"}]
+    if (task["db_id"], task["task_type"]) == ("mimic_iv_star", "incre"):
+        attempt = [call("table_search", tool_input=""), call("sql_execute", query=task["gold_sql"]),
+                   {"text": answer(task)}, {"text": "Yes. " + answer(task)}]
+        return {"agent": [{"status": 429, "headers": {"Retry-After": "1"}, "retry_delay": "1s"},
+                          *attempt[:1], {"tool": "column_search", "raw_args": '{"table_names": "demograph'},
+                          call("column_search", table_names=table), {"status": 400, "message": "injected 400"},
+                          *attempt[1:], *attempt],
+                "user": [{"text": opening(task)}, *done, {"text": opening(task)}, *done],
+                "verifier": [{"text": "yes"}] * 4, "validator": [{"text": USER_ERROR}, {"text": NO_ERROR}]}
+    if (task["db_id"], task["task_type"]) == ("mimic_iv_star", "adapt"):
+        return {"agent": [call("table_search", tool_input=""), {"text": "The count so far is", "finish": "length"},
+                          {"finish": "length"}, {"finish": "content_filter"}, {"text": answer(task)},
+                          {"text": "Yes. " + answer(task)}],
+                "user": [{"text": opening(task)}, {"text": "Go on."}, {"text": "Hello?"}, {"text": "Are you there?"},
+                         *done],
+                "verifier": [{"text": "yes"}] * 5, "validator": [{"text": NO_ERROR}]}
+    if (task["db_id"], task["task_type"]) == ("eicu_star", "incre"):
+        return {"agent": [call("table_search", tool_input=""), CONTEXT_400],
+                "user": [{"text": opening(task)}, {"text": "Hello?"}],
+                "verifier": [{"text": "yes"}], "validator": [{"text": NO_ERROR}]}
+    return {"agent": [{"empty": True}] + [call("table_search", tool_input="")] * 31,
+            "user": [{"text": opening(task)}, {"text": "Hello?"}], "verifier": [{"text": "yes"}],
+            "validator": [{"text": NO_ERROR}]}
+
+
+SCENARIOS = {"clean": clean, "edge": edge, "failures": failures}
 
 
 def script(scenario: str, tasks: list[dict]) -> dict[str, dict[str, list[dict]]]:

@@ -3,11 +3,13 @@
 The conversation goes to the model as is; the model answers with one tool call or one message. What happens when
 the model's turn goes wrong is the `FailurePolicy`:
 - `ORIGINAL`, the authors' `get_action` (glee4810/EHR-ChatQA `src/utils.py`): arguments that are not a JSON object
-  are not shown to the model; it is asked again with the same conversation after a 3 s wait (the waits count
-  toward the agent's time, so a model that never forms the call runs out of time: reward 0); a conversation over
-  the model's context window becomes an empty reply, which the user answers and which then ends the conversation
-  (`trial.CONTEXT_EXCEEDED`); a turn cut off before saying anything or blocked by a filter becomes an empty reply
-  and the conversation goes on (a blocked one as no text at all, which the validator reads as "empty response").
+  are not shown to the model, and a request the provider refuses (an HTTP 400 not about the context's size) is
+  not given up: either is asked again with the same conversation after a 3 s wait (the waits count toward the
+  agent's time, so a model that never forms the call, or a request always refused, runs out of time: reward 0); a
+  conversation over the model's context window becomes an empty reply, which the user answers and which then ends
+  the conversation (`trial.CONTEXT_EXCEEDED`); an HTTP 200 with no choices is an empty reply (""); a turn cut off
+  before saying anything or blocked by a filter is a reply with no text at all (None: the user reads "", and the
+  validator leaves the trial unjudged, "the agent generated an empty response"). Each seen in its twin run.
 - `EHRBENCH`: a malformed call is answered with an error observation (the agent gets a turn to correct it); an
   overflow, a cut-off or a blocked turn ends the trial as the agent's error, scored 0.
 """
@@ -37,10 +39,11 @@ class FailurePolicy:
     reask_wait_s: float = 3.0         # between re-asks (the original's time.sleep(3))
     reask_budget_s: float = 600.0     # stop re-asking once this act has taken this long (the trial's time limit)
     max_reasks: int = 1000            # the original's max_retries
-    pass_failed_turns: bool = False   # overflow / cut-off / blocked turns become empty replies instead of errors
+    pass_failed_turns: bool = False   # overflow / cut-off / blocked / empty turns become empty replies, not errors
+    reask_refused: bool = False       # an HTTP 400 not about size: asked again as a malformed call is, not re-run
 
 
-ORIGINAL = FailurePolicy(reask_malformed=True, pass_failed_turns=True)
+ORIGINAL = FailurePolicy(reask_malformed=True, pass_failed_turns=True, reask_refused=True)
 EHRBENCH = FailurePolicy()
 
 
@@ -53,29 +56,39 @@ class ToolCallingAgent:
         self._calls = 0
 
     async def act(self, history: list[Message]) -> Message:
+        policy = self.policy
         request = ChatRequest(history, system=self.system, tools=self.tools, temperature=self.temperature,
-                              seed=self.seed, max_tokens=self.max_tokens)
+                              seed=self.seed, max_tokens=self.max_tokens, retry_empty=not policy.pass_failed_turns)
         started, waits = time.monotonic(), LIMITER_WAIT.get()
         queued_before = waits[0] if waits else 0.0
 
         def spent() -> float:              # this act's time as the trial counts it (rate-limiter queues left out)
             return time.monotonic() - started - ((waits[0] - queued_before) if waits else 0.0)
-        try:
-            response = await self.model.complete(request)
-            reasks = 0
-            while response.malformed and self.policy.reask_malformed and reasks < self.policy.max_reasks and \
-                    spent() <= self.policy.reask_budget_s:
-                await asyncio.sleep(self.policy.reask_wait_s)
-                reasks += 1
+
+        def may_reask(reasks: int) -> bool:
+            return reasks < policy.max_reasks and spent() <= policy.reask_budget_s
+        reasks = 0
+        while True:
+            try:
                 response = await self.model.complete(request)
-        except InfrastructureError as e:
-            if not (e.agent_caused and self.policy.pass_failed_turns):
-                raise
-            return Message("assistant", "", finish_reason=CONTEXT_EXCEEDED)
-        except ModelTurnError as e:
-            if not self.policy.pass_failed_turns:
-                raise
-            return Message("assistant", None if e.blocked else "", finish_reason="blocked" if e.blocked else "length")
+            except InfrastructureError as e:
+                if e.agent_caused and policy.pass_failed_turns:
+                    return Message("assistant", "", finish_reason=CONTEXT_EXCEEDED)
+                if not (policy.reask_refused and e.status == 400 and not e.agent_caused):
+                    raise
+                if not may_reask(reasks):       # refused until the time ran out: the trial's time limit ends it
+                    return Message("assistant", "", finish_reason="refused")
+            except ModelTurnError as e:
+                if not policy.pass_failed_turns:
+                    raise
+                if e.kind == "empty":
+                    return Message("assistant", "", finish_reason="empty")
+                return Message("assistant", None, finish_reason="blocked" if e.blocked else "length")
+            else:
+                if not (response.malformed and policy.reask_malformed and may_reask(reasks)):
+                    break
+            await asyncio.sleep(policy.reask_wait_s)
+            reasks += 1
         if response.tool_calls:
             self._calls += 1
             return tool_call_message(response, f"call_{self._calls}")

@@ -3,7 +3,7 @@
 A model-backed judge of the *simulation*, not of the agent: it reads the finished conversation (with whatever the
 benchmark's prompt adds, such as the gold SQL) and answers in JSON {explanation, evidence, broken_rule, result}.
 With n samples any `user_error` wins. It is skipped (counts as no_error) when the agent used all its steps, ran out
-of time or sent a message with no text at all (a blocked turn: the original's `content is None`; an empty string,
+of time or sent a message with no text at all (a blocked or cut-off turn: the original's `content is None`; an empty string,
 as an overflow leaves, is validated), as the original does. A verdict that is not JSON with result `user_error` or
 `no_error` is an infrastructure error: the trial is run again, never scored on it. The benchmark supplies the prompts; the verdict becomes an MLflow
 assessment (`simulation_validity`) and a rejected attempt is re-run (`episode.run_task_trial`).

@@ -51,14 +51,17 @@ def retry_after_from_headers(headers) -> float | None:
 
 
 class ModelTurnError(Exception):
-    """The model answered but gave no usable turn: the prompt or the answer was blocked, or the output-token limit
-    cut it off before anything was said. Not retried (the same request gets the same refusal); an agent's turn
-    that fails so ends its trial as `agent_error` with this text, a user's or judge's costs that call's attempt."""
+    """The model answered but gave no usable turn: the prompt or the answer was blocked (`kind="blocked"`), the
+    output-token limit cut it off before anything was said (`"cut_off"`), or, where the request asks for it
+    (`ChatRequest.retry_empty=False`), an HTTP 200 held nothing at all (`"empty"`). Not retried (the same request
+    gets the same refusal); how the turn ends is the caller's, as its benchmark's original ends it (by default an
+    agent's trial ends as `agent_error`, a user's or judge's call costs its attempt)."""
 
-    def __init__(self, message: str, usage: "Usage | None" = None, blocked: bool = False):
+    def __init__(self, message: str, usage: "Usage | None" = None, blocked: bool = False, kind: str | None = None):
         super().__init__(message)
         self.usage = usage
-        self.blocked = blocked       # a filter blocked it (no text at all), rather than the token limit cutting it
+        self.kind = kind or ("blocked" if blocked else "cut_off")
+        self.blocked = self.kind == "blocked"    # a filter blocked it (no text at all)
 
 
 REFUSED = (400, 413, 422)      # HTTP statuses that may refuse what a request holds (not auth, not a missing model)
@@ -91,6 +94,8 @@ class ChatRequest:
     response_schema: "OutputSchema | None" = None   # structured output: the reply is JSON of this schema
     tool_choice: str | None = None        # None: the provider's default (auto); "none": tools shown, none callable
     parallel_tool_calls: bool = False     # several calls in one reply (PhysAssistBench's original allows them)
+    retry_empty: bool = True              # an HTTP 200 with nothing in it: retried as a glitch, or (False) the model's
+                                          # empty turn (`ModelTurnError(kind="empty")`), as EHR-ChatQA's original
 
 
 @dataclass(frozen=True)
@@ -248,7 +253,8 @@ class ChatModel:
                     await asyncio.sleep(wait)
             except Exception as e:  # bad request, context overflow, auth: not worth retrying, still not the agent's
                 error = InfrastructureError(f"{self.provider}:{self.model}: {type(e).__name__}: {e}"[:1000],
-                                            source="model")
+                                            source="model", status=getattr(e, "status_code", None) or
+                                            getattr(e, "code", None))
                 error.usage = spent
                 raise error from None
         error = InfrastructureError(f"{self.provider}:{self.model} failed {self.retry.max_attempts} times: {last}",

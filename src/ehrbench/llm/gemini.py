@@ -123,6 +123,8 @@ class GeminiModel(ChatModel):
             if blocked:
                 raise ModelTurnError(f"the provider blocked the prompt (blockReason={_name(blocked)})", usage,
                                      blocked=True)
+            if not request.retry_empty:
+                raise ModelTurnError("empty response: the server sent no candidates", usage, kind="empty")
             raise RetryableError("empty response: the server sent no candidates", usage=usage)
         candidate = result.candidates[0]
         finish = _name(candidate.finish_reason)

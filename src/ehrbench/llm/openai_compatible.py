@@ -35,6 +35,8 @@ def to_openai_messages(system: str | None, messages: list[Message]) -> list[dict
             out.append({"role": "assistant", "content": m.content, "tool_calls": [{
                 "id": call.id, "type": "function",
                 "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}]})
+        elif m.role == "assistant" and m.content is None:     # a turn with no text at all (cut off, blocked): null,
+            out.append({"role": "assistant", "content": None})  # as EHR-ChatQA's original sends it back (its twin)
         else:
             out.append({"role": m.role, "content": m.content or ""})
     return out
@@ -104,7 +106,9 @@ class OpenAICompatibleModel(ChatModel):
             details = getattr(completion.usage, "prompt_tokens_details", None)
             usage = Usage(completion.usage.prompt_tokens, completion.usage.completion_tokens,
                           getattr(details, "cached_tokens", 0) or 0)
-        if not completion.choices:              # HTTP 200 with nothing in it: worth another try
+        if not completion.choices:              # HTTP 200 with nothing in it: worth another try, unless asked
+            if not request.retry_empty:
+                raise ModelTurnError("empty response: the server sent no choices", usage, kind="empty")
             raise RetryableError("empty response: the server sent no choices", usage=usage)
         choice = completion.choices[0]
         message, finish = choice.message, choice.finish_reason

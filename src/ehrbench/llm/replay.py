@@ -25,10 +25,14 @@ KEYED_ROLES = ("grader", "validator")
 USER_ROLES = ("user", "verifier", "reflection")     # matched by request: their prompts are the scorer's, not the trajectory's
 
 
+NOT_ASKED = ("retry_empty",)        # request fields that say how a failure is read, not what is asked
+
+
 def replay_key(request: ChatRequest) -> str:
     """What the request asks, hashed: every field and every message's role, text and tool call, but not the
-    messages' timings or the provider's own parts (a replay never has them), nor which client sends it."""
-    payload = {f.name: getattr(request, f.name) for f in fields(request) if f.name != "messages"}
+    messages' timings or the provider's own parts (a replay never has them), nor which client sends it, nor how
+    its failures are read (`NOT_ASKED`)."""
+    payload = {f.name: getattr(request, f.name) for f in fields(request) if f.name not in ("messages", *NOT_ASKED)}
     payload["response_schema"] = asdict(request.response_schema) if request.response_schema else None
     payload["messages"] = [{"role": m.role, "content": m.content, "tool_call_id": m.tool_call_id,
                             "tool_call": asdict(m.tool_call) if m.tool_call else None} for m in request.messages]
@@ -44,9 +48,9 @@ def response_json(response: ChatResponse) -> dict:
 
 def error_json(error: Exception) -> dict:
     if isinstance(error, ModelTurnError):
-        return {"kind": "turn", "message": str(error), "blocked": error.blocked}
+        return {"kind": "turn", "message": str(error), "blocked": error.blocked, "turn": error.kind}
     return {"kind": "infrastructure", "message": str(error), "source": getattr(error, "source", "model"),
-            "agent_caused": getattr(error, "agent_caused", False)}
+            "agent_caused": getattr(error, "agent_caused", False), "status": getattr(error, "status", None)}
 
 
 class ReplayMiss(InfrastructureError):
@@ -111,9 +115,9 @@ class ReplayModel(ChatModel):
         exchange = self.cassette.take(self.role, replay_key(request))
         if error := exchange.get("error"):
             if error["kind"] == "turn":
-                raise ModelTurnError(error["message"], blocked=error.get("blocked", False))
+                raise ModelTurnError(error["message"], blocked=error.get("blocked", False), kind=error.get("turn"))
             raise InfrastructureError(error["message"], source=error.get("source", "model"),
-                                      agent_caused=error.get("agent_caused", False))
+                                      agent_caused=error.get("agent_caused", False), status=error.get("status"))
         r = exchange["response"]
         return ChatResponse(text=r["text"], tool_calls=[ToolCall(**c) for c in r["tool_calls"]],
                             usage=Usage(**r["usage"]), malformed=r["malformed"], finish_reason=r["finish_reason"],

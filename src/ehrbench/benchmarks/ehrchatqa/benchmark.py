@@ -51,6 +51,20 @@ async def score(task: Task, record: TrialRecord, db: DatabaseLike, sql_timeout_s
 
 
 CONTRACTS = ("original", "ehrbench")
+# the roles the original's metric.py sums its costs under: the user's (with its verifier and reflection), the agent's,
+# and the validator's ("eval")
+ORIGINAL_COST_ROLES = {"agent": ("agent",), "user": ("user", "verifier", "reflection"), "eval": ("validator",)}
+
+
+def original_costs(records: list[TrialRecord]) -> dict[str, float]:
+    """The cost as the original's metric.py reports it, under names of its own (`cost_usd_original/...`): over the
+    attempts it scores only (`reward is not None`), so a simulation the validator rejected costs nothing there.
+    ehrbench's `cost_usd/<role>` counts every attempt, as every attempt was paid for."""
+    scored = [r for r in records if r.valid]
+    out = {f"cost_usd_original/{name}": sum(r.usage.get(role, {}).get("cost_usd", 0.0) for r in scored
+                                               for role in roles) for name, roles in ORIGINAL_COST_ROLES.items()}
+    out["cost_usd_original/all"] = sum(out.values())
+    return out
 
 
 def withhold(text: str, metrics: dict[str, float], curves: dict, files: list, incomplete: int, tasks: int,
@@ -182,6 +196,7 @@ class EhrChatQA(Benchmark):
                          "sr": round(100 * sum(rewards) / len(rewards), 2) if rewards else ""})
         categories = {c: 100 * sum(v) / len(v) for c, v in per_category.items()}
         metrics.update({f"category/{c}/SR": v for c, v in categories.items()})
+        metrics.update(original_costs(records))
         out_dir.mkdir(parents=True, exist_ok=True)
         table = out_dir / "per_task.csv"
         with table.open("w", newline="") as f:
