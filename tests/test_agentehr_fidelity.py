@@ -94,7 +94,12 @@ def test_the_original_s_vllm_sampling_goes_to_vllm_models_only_and_the_contract_
     vllm = yaml.safe_load((root / "conf" / "model" / "vllm-qwen3-32b.yaml").read_text())
     gpt = yaml.safe_load((root / "conf" / "model" / "gpt-4o.yaml").read_text())
     bench = AgentEhrBenchmark(conf)
-    assert bench.sampling(vllm) == {"top_p": 0.8, "presence_penalty": 1.0} and bench.sampling(gpt) == {}
+    served, openai = bench.sampling("agent", vllm), bench.sampling("summarizer", gpt)
+    assert (served.temperature, served.top_p, served.presence_penalty, served.max_tokens) == (0.7, 0.8, 1.0, 4096)
+    assert served.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}       # a qwen3 on vLLM
+    assert (openai.temperature, openai.top_p, openai.presence_penalty, openai.max_tokens_name) == \
+        (0.7, None, None, "max_tokens")
+    assert openai.seed is None and served.seed is None                 # the original seeds no call
     assert bench.contract() == ("original", ["knowledge=false (no retrieve_* tools: MedRAG's corpora cannot ship)"])
     assert bench.headline_metric == "common/F1"
     assert bench.parse("Predictions: ['A','B']") == ["A", "B"]

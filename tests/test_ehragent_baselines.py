@@ -129,7 +129,8 @@ def test_agent_choice_builds_the_baseline_on_the_benchmark_s_tools(db_path, kind
     from ehrbench.benchmarks.ehragent.benchmark import EhrAgentBenchmark
 
     roles = []
-    settings = SimpleNamespace(agent=kind, agent_latency_s=0.0, model_for=lambda role, meter: roles.append(role) or Model())
+    settings = SimpleNamespace(agent=kind, agent_latency_s=0.0, agent_model={"name": "m"},
+                               model_for=lambda role, meter: roles.append(role) or Model())
     options = {"databases": [DB], "memory": "frozen", "knowledge": True, "debugging": True, "cell_cpu_s": 30,
                "cell_wall_s": 60, "cell_memory_mb": 2048, "sql_timeout_s": 60}
     task = Task("q1", DB, "q?", "SELECT 1", ["1"], 1)
@@ -200,7 +201,7 @@ def test_autogen_is_ehragent_s_chat_without_knowledge_debugging_or_memory(db_pat
     from ehrbench.benchmarks.ehragent.prompts import initial_memory
 
     roles = []
-    settings = SimpleNamespace(agent="autogen", agent_latency_s=0.0,
+    settings = SimpleNamespace(agent="autogen", agent_latency_s=0.0, agent_model={"name": "m"},
                                model_for=lambda role, meter: roles.append(role) or Model())
     options = {"databases": [DB], "memory": "sequential", "knowledge": True, "debugging": True, "cell_cpu_s": 30,
                "cell_wall_s": 60, "cell_memory_mb": 2048, "sql_timeout_s": 60}

@@ -139,7 +139,7 @@ def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(
     from types import SimpleNamespace
 
     from ehrbench.benchmark import Hosts
-    settings = SimpleNamespace(agent="ehragent", model_for=lambda role, meter: None)
+    settings = SimpleNamespace(agent="ehragent", agent_model={"name": "m"}, model_for=lambda role, meter: None)
     agent = frozen.episode(second, 0, Hosts({"ehrsql_mimic_iii": None}), settings, None, 1).agent
     assert [m["question"] for m in agent.memory.items[4:]] == [first.question, third.question]   # after the 4 shots
 

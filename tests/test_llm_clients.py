@@ -160,7 +160,8 @@ MODEL_CONFS = sorted(p for p in (ROOT / "conf" / "model").glob("*.yaml") if p.st
 def test_every_model_conf_starts_and_answers_with_its_provider_s_quirks(path, server, monkeypatch):
     """Each conf/model choice (the papers' models and judges) is built from its YAML as a run builds it and makes
     one call against the fake server: the model id it names is the one sent, a model that rejects `temperature`
-    gets none, a reasoning effort is sent where the conf sets one, and its price is read."""
+    gets none, the request's own parameters (a benchmark's table: reasoning effort, thinking budget, provider
+    switches) are sent as asked, a conf holds none of them, and its price is read."""
     import yaml
 
     from ehrbench.llm.registry import build_model, price_of
@@ -171,14 +172,24 @@ def test_every_model_conf_starts_and_answers_with_its_provider_s_quirks(path, se
     cfg["retry"] = {"max_attempts": 2, "initial_backoff_s": 0.01, "max_backoff_s": 0.02}
     monkeypatch.setenv("GEMINI_API_KEY" if gemini else cfg.get("api_key_env", "OPENAI_API_KEY"), "test-key")
     server.push(Reply(text="ok"))
-    response = run(build_model(cfg).complete(ChatRequest(CONVERSATION, system="sys", temperature=0.0)))
+    assert not {"reasoning_effort", "thinking_budget", "extra_body", "top_p", "seed"} & set(cfg)   # the benchmark's
+    asked = ChatRequest(CONVERSATION, system="sys", temperature=0.0, max_tokens=64, max_tokens_name="max_tokens",
+                        reasoning_effort=None if gemini else "low", thinking_budget=128 if gemini else None,
+                        extra_body=None if gemini else {"chat_template_kwargs": {"enable_thinking": False}})
+    response = run(build_model(cfg).complete(asked))
     assert response.text == "ok"
     assert price_of(cfg).output > 0 or cfg.get("server") == "vllm"          # self-hosted: the user's own figure
     seen = server.requests[-1]
     if gemini:
         assert f"models/{cfg['model']}:" in seen.path
-        assert ("thinkingConfig" in seen.body.get("generationConfig", {})) == (cfg.get("thinking_budget") is not None)
+        config = seen.body["generationConfig"]
+        thinking = config["thinkingConfig"]
+        assert thinking.get("thinkingBudget", thinking.get("thinking_budget")) == 128     # the API reads either
+        assert config["maxOutputTokens"] == 64
     else:
         assert seen.body["model"] == cfg["model"]
-        assert ("temperature" in seen.body) == cfg.get("supports_temperature", True)
-        assert seen.body.get("reasoning_effort") == cfg.get("reasoning_effort")
+        takes = cfg.get("supports_temperature", True)
+        assert ("temperature" in seen.body) == takes
+        assert seen.body.get("max_tokens" if takes else "max_completion_tokens") == 64   # reasoning: its only name
+        assert seen.body["reasoning_effort"] == "low"
+        assert seen.body["chat_template_kwargs"] == {"enable_thinking": False}          # extra_body, merged

@@ -275,8 +275,11 @@ def test_the_code_s_judge_goes_out_as_its_code_sends_it_through_the_openai_clien
     try:
         server.push(*[Reply(text=json.dumps({"scores": [1] * len(t.items)})) for t in s.turns[2:]],
                     model=cfg["model"])
+        from ehrbench.benchmarks.physassist.benchmark import PhysAssistBenchmark
+
+        table = PhysAssistBenchmark({}).sampling("grader", cfg)            # the benchmark's for gpt-5-mini
         judge = Judge(MeteredModel(build_model({**cfg, "base_url": f"{server.url}/v1"}), "grader", UsageMeter()),
-                      prompts(), 0.1)
+                      prompts(), table)
         for t in s.turns[2:]:
             scores, _ = run(judge.grade(t, TurnWork(t.question, "An answer.", []), s.transcript))
             assert scores == [1] * len(t.items)
@@ -305,7 +308,7 @@ def test_a_model_is_never_scored_by_rules_alone_unless_asked(small, tmp_path):
 def test_the_contract_s_opt_ins_are_recorded_and_bad_values_named():
     import yaml
 
-    from ehrbench.benchmarks.physassist.benchmark import PhysAssistBenchmark, output_budget
+    from ehrbench.benchmarks.physassist.benchmark import PhysAssistBenchmark
     from ehrbench.llm.base import ConfigurationError
 
     conf = yaml.safe_load((ROOT / "conf" / "benchmark" / "physassist.yaml").read_text())
@@ -322,9 +325,18 @@ def test_the_contract_s_opt_ins_are_recorded_and_bad_values_named():
                                ("call_cap", 0, "integer >= 1"), ("write_validation", "yes", "true, false or null")):
         with pytest.raises(ConfigurationError, match=rf"benchmark.{field}="):
             PhysAssistBenchmark({**conf, field: value}).check()
-    assert output_budget({"name": "gpt-4o"}) == 1024 and output_budget({"reasoning_effort": "minimal"}) == 10240
-    assert output_budget({"provider": "gemini", "thinking_budget": None}) == 10240
-    assert output_budget({"provider": "gemini", "thinking_budget": 0}) == 1024 and output_budget({}, 2048) == 2048
+    confs = {m: yaml.safe_load((ROOT / "conf" / "model" / f"{m}.yaml").read_text())
+             for m in ("gpt-4o", "gpt-5-mini", "gemini-2.5-flash", "deepseek-chat", "deepseek-reasoner")}
+    agent = {m: original.sampling("agent", c) for m, c in confs.items()}    # model_configs.yaml's entries
+    assert (agent["gpt-4o"].temperature, agent["gpt-4o"].max_tokens, agent["gpt-4o"].reasoning_effort) == \
+        (0.2, 1024, None)
+    assert (agent["gpt-5-mini"].temperature, agent["gpt-5-mini"].max_tokens, agent["gpt-5-mini"].reasoning_effort) \
+        == (None, 1024, "minimal")                                     # its Responses entry: 1,024, effort minimal
+    assert agent["gemini-2.5-flash"].max_tokens == 10_240                # a thinking entry
+    assert agent["deepseek-chat"].extra_body == {"thinking": {"type": "disabled"}}
+    assert (agent["deepseek-reasoner"].max_tokens, agent["deepseek-reasoner"].extra_body) == \
+        (10_240, {"thinking": {"type": "enabled"}})
+    assert all(a.seed is None for a in agent.values())                  # the original seeds no call
 
 
 def test_the_loader_reads_the_original_format_and_names_what_is_wrong(small, tmp_path):
@@ -382,7 +394,7 @@ def test_the_agent_runs_parallel_calls_answers_after_prepare_and_is_nudged_when_
     assert opening[0].content.startswith(f"[Environment Info]\n{s.env_info}\nsubject_id: {s.subject_id}")
     assert len(model.requests[0].tools) == 18 and {"Observation__search", "patient__get_pain_assessment"} <= {
         t["name"] for t in model.requests[0].tools}
-    assert model.requests[0].parallel_tool_calls is True
+    assert model.requests[0].parallel_tool_calls is None and model.requests[0].tool_choice == "auto"   # as sent there
     # a new turn: 8 rounds of calls, then the nudge (the tools sent, none callable), which an empty reply repeats
     # up to 3 times; three empty replies leave the answer empty, as eval_runner does
     model = _Scripted(*[ChatResponse(None, [call("Observation__search", 10 + i)]) for i in range(8)],
@@ -522,8 +534,9 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     first = asked[0].body
     assert first["messages"][0]["content"].startswith("You are a clinical decision support agent")
     assert first["messages"][1]["content"].startswith("[Environment Info]\nsession_id: ")
-    assert len(first["tools"]) == 18 and first["temperature"] == 0.2 and first["parallel_tool_calls"] is True
-    assert first["max_completion_tokens"] == 1024                      # gpt-4o thinks not: the code's 1,024
+    assert len(first["tools"]) == 18 and first["temperature"] == 0.2 and first["tool_choice"] == "auto"
+    assert "parallel_tool_calls" not in first and "seed" not in first      # never sent there (several calls allowed)
+    assert first["max_tokens"] == 1024 and "max_completion_tokens" not in first   # gpt-4o's entry: 1,024
     system = patient[0].body["systemInstruction"]["parts"][0]["text"]
     assert system.startswith("You are simulating a patient in a clinical interview with a doctor.")
     assert f"Health literacy: {session.persona['health_literacy']}" in system

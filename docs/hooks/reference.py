@@ -3,7 +3,8 @@
 `docs/reference.md` holds markers; this hook replaces each with tables read from the sources of truth:
 the typed schema in `src/ehrbench/config.py` (every field, its type, default, allowed range and the comment beside
 it), the config groups in `conf/` (each choice and its first comment line), every benchmark's options
-(`conf/benchmark/<name>.yaml`: key, default, comment) and the models (`conf/model/*.yaml`: provider, price, limits).
+(`conf/benchmark/<name>.yaml`: key, default, comment) and the models (`conf/model/*.yaml`: provider, price, limits);
+and, on each benchmark's page, its request-parameter table (`<!-- reference: sampling:<benchmark> -->`).
 """
 from __future__ import annotations
 
@@ -159,14 +160,27 @@ def sections() -> dict[str, str]:
     }
 
 
+def benchmark_table(kind: str, name: str) -> str:
+    """A benchmark's own table, from its class: `sampling` (what each role sends, `sampling.py`)."""
+    from ehrbench import benchmarks
+
+    cls = benchmarks.benchmark_class(name)
+    tables = {"sampling": cls.sampling_table}
+    if tables.get(kind) is None:
+        raise ValueError(f"benchmark {name!r} declares no {kind} table")
+    return tables[kind].markdown()
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if "<!-- reference:" not in markdown:
         return markdown
-    generated = sections()
+    generated = sections() if re.search(r"<!-- reference: \w+ -->", markdown) else {}
 
     def fill(m: re.Match) -> str:
         name = m.group(1)
+        if ":" in name:
+            return benchmark_table(*name.split(":", 1))
         if name not in generated:
             raise ValueError(f"{page.file.src_uri}: no generated section {name!r} (known: {sorted(generated)})")
         return generated[name]
-    return re.sub(r"<!-- reference: (\w+) -->", fill, markdown)
+    return re.sub(r"<!-- reference: ([\w:]+) -->", fill, markdown)

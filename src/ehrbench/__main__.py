@@ -50,8 +50,11 @@ class RunInterrupted(KeyboardInterrupt):
 
 # --- step 1: config and benchmark ---------------------------------------------------------------------------------
 def load_benchmark(conf: RunConfig) -> Benchmark:
+    from .sampling import check_overrides
+
     bench = benchmarks.load(conf.benchmark["name"], conf.benchmark)
     bench.check()
+    check_overrides(conf.benchmark.get("sampling"), tuple(r for r in bench.model_roles if r != "embedder"))
     return bench
 
 
@@ -319,7 +322,7 @@ def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: i
                 headline: dict[str, float], withheld: str | None = None, data: str = "") -> str:
     scores = f"withheld: {withheld}" if withheld else ", ".join(f"{name} {value:.1f}" for name, value in headline.items())
     user = settings.user if settings.user != "llm" else f"LLM user ({cfg.user.name})"
-    contract = bench.contract()
+    contract = bench.recorded_contract()
     kept = "" if contract is None else f" Contract: {contract[0]}" + (
         f", departing in {', '.join(contract[1])}." if contract[1] else ", the paper's headline setting.")
     return (f"{bench.name}: agent {settings.agent} with model {cfg.model.name}, user {user}; "
@@ -471,7 +474,7 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
         where = placement(runtime)                # which node each actor landed on, by role
         tracker.log_text(json.dumps(where, indent=2), "placement.json")
         tracker.set_tags({"ehrbench.nodes": str(node_count(where))})
-        if (contract := bench.contract()) is not None:
+        if (contract := bench.recorded_contract()) is not None:
             tracker.set_tags({"ehrbench.contract": contract[0], "ehrbench.departures": "; ".join(contract[1])})
         stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
                            max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,

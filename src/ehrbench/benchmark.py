@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Protocol
 
+from .llm.base import Sampling
 from .llm.usage import MeteredModel, UsageMeter
 from .reports import Report, TaskScores  # noqa: F401 - part of the seam: benchmarks import them from here
 from .trial import Agent, Limits, Scorer, Tools, TrialRecord, User
@@ -223,6 +224,9 @@ class Benchmark:
     # the roles whose models its trials may call (`ROLE_MODELS`, and "embedder" when it hosts a value index): the
     # credentialed-data check (`data_use.py`) names them; one left out is still checked, under its settings field
     model_roles: tuple[str, ...] = (*ROLE_MODELS, "embedder")
+    # what each role's requests send, per model family, as the original's code sets them (`sampling.py`); a
+    # benchmark without a table sends only what its code passes
+    sampling_table: "SamplingTable | None" = None
 
     def __init__(self, options: dict):
         self.options = dict(options)
@@ -296,3 +300,19 @@ class Benchmark:
         """The fidelity contract the run keeps (`benchmark.contract`, recorded as the tag `ehrbench.contract` and in
         the run's description) and each setting that departs from it; None for a benchmark without one yet."""
         return None
+
+    def sampling(self, role: str, model: dict | None) -> Sampling:
+        """What `role`'s requests send `model` (a model conf): the benchmark's table, then the run's own
+        `benchmark.sampling.<role>` (a departure, `recorded_contract`)."""
+        from .sampling import SamplingTable
+
+        return (self.sampling_table or SamplingTable(())).params(role, model, self.options.get("sampling"))
+
+    def recorded_contract(self) -> tuple[str, list[str]] | None:
+        """`contract()` with the run's request-parameter overrides among its departures."""
+        from .sampling import departures
+
+        contract, extra = self.contract(), departures(self.options.get("sampling") or {})
+        if contract is None:
+            return ("original", extra) if extra else None
+        return contract[0], [*contract[1], *extra]

@@ -19,7 +19,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from ..llm.base import ChatRequest, ModelTurnError
+from ..llm.base import ChatRequest, ModelTurnError, Sampling
 from ..llm.usage import MeteredModel
 from ..trial import CONTEXT_EXCEEDED, LIMITER_WAIT, InfrastructureError, Message, ToolCall
 
@@ -48,17 +48,19 @@ EHRBENCH = FailurePolicy()
 
 
 class ToolCallingAgent:
-    def __init__(self, model: MeteredModel, system_prompt: str, tools: list[dict], temperature: float = 0.0,
-                 seed: int | None = None, max_tokens: int | None = None, policy: FailurePolicy = EHRBENCH):
+    def __init__(self, model: MeteredModel, system_prompt: str, tools: list[dict],
+                 sampling: Sampling = Sampling(temperature=0.0), seed: int | None = None,
+                 policy: FailurePolicy = EHRBENCH):
+        """`sampling`: what every request sends (the benchmark's table); `seed`: the trial's, where it asks for one."""
         self.model, self.system, self.tools = model, system_prompt, tools
-        self.temperature, self.seed, self.max_tokens = temperature, seed, max_tokens
+        self.params = sampling.request(seed)
         self.policy = policy
         self._calls = 0
 
     async def act(self, history: list[Message]) -> Message:
         policy = self.policy
-        request = ChatRequest(history, system=self.system, tools=self.tools, temperature=self.temperature,
-                              seed=self.seed, max_tokens=self.max_tokens, retry_empty=not policy.pass_failed_turns)
+        request = ChatRequest(history, system=self.system, tools=self.tools, retry_empty=not policy.pass_failed_turns,
+                              **self.params)
         started, waits = time.monotonic(), LIMITER_WAIT.get()
         queued_before = waits[0] if waits else 0.0
 

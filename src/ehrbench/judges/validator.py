@@ -10,7 +10,7 @@ assessment (`simulation_validity`) and a rejected attempt is re-run (`episode.ru
 """
 from __future__ import annotations
 
-from ..llm.base import ChatRequest, ModelTurnError, OutputSchema
+from ..llm.base import ChatRequest, ModelTurnError, OutputSchema, Sampling
 from ..llm.usage import MeteredModel
 from ..trial import InfrastructureError, Message, Termination, TrialRecord
 from .parsing import parse_json_object
@@ -22,9 +22,9 @@ VALIDATION_OUTPUT = OutputSchema("ValidationOutputFormat", ("explanation", "evid
 
 class SimulationValidator:
     def __init__(self, model: MeteredModel, system_prompt: str, samples: int = 1, schema: OutputSchema | None = None,
-                 max_steps: int | None = None):
+                 max_steps: int | None = None, sampling: Sampling = Sampling(temperature=0.0)):
         self.model, self.system, self.samples, self.schema = model, system_prompt, samples, schema
-        self.max_steps = max_steps
+        self.max_steps, self.params = max_steps, sampling.request()
 
     async def judge(self, prompt: str, record: TrialRecord) -> dict:
         """`prompt`: the benchmark's validator input, already filled with the conversation and the task."""
@@ -39,7 +39,7 @@ class SimulationValidator:
         for _ in range(self.samples):
             try:
                 text = (await self.model.complete(ChatRequest([Message("user", prompt)], system=self.system,
-                                                              temperature=0.0, response_schema=self.schema))).text
+                                                              response_schema=self.schema, **self.params))).text
             except ModelTurnError as e:
                 raise InfrastructureError(f"simulation validator gave no verdict: {e}", source="model") from None
             verdict = parse_json_object(text)

@@ -82,6 +82,29 @@ class RequestRefused(Exception):
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """The request parameters a benchmark sends one role's model, as its original's code sets them (each benchmark's
+    table in `sampling.py` gives them per role and model family). None: not sent, the provider's default."""
+    temperature: float | None = None
+    top_p: float | None = None
+    presence_penalty: float | None = None
+    max_tokens: int | None = None
+    max_tokens_name: str = "max_completion_tokens"   # the OpenAI-compatible field: or "max_tokens", as an original sends
+    seed: int | str | None = None          # an int: that seed on every call; "trial": the trial's seed; None: none
+    reasoning_effort: str | None = None    # OpenAI reasoning models
+    thinking_budget: int | None = None     # Gemini's thinking budget (-1: dynamic, 0: off)
+    extra_body: dict | None = None         # provider switches an OpenAI-compatible server reads (enable_thinking ...)
+
+    def request(self, trial_seed: int | None = None) -> dict:
+        """These parameters as `ChatRequest` fields (`seed="trial"` becomes `trial_seed`)."""
+        seed = trial_seed if self.seed == "trial" else self.seed
+        return {"temperature": self.temperature, "top_p": self.top_p, "presence_penalty": self.presence_penalty,
+                "max_tokens": self.max_tokens, "max_tokens_name": self.max_tokens_name, "seed": seed,
+                "reasoning_effort": self.reasoning_effort, "thinking_budget": self.thinking_budget,
+                "extra_body": self.extra_body}
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     messages: list[Message]               # the conversation from this model's point of view
     system: str | None = None
@@ -91,9 +114,15 @@ class ChatRequest:
     max_tokens: int | None = None
     top_p: float | None = None            # nucleus sampling, where a benchmark's original sets it
     presence_penalty: float | None = None  # likewise (AgentEHR's scripts send 1.0 to vLLM-served models)
+    max_tokens_name: str = "max_completion_tokens"   # OpenAI-compatible: the field the original sends the limit in
+    reasoning_effort: str | None = None   # OpenAI reasoning models (sent only where the benchmark's original sends it)
+    thinking_budget: int | None = None    # Gemini
+    extra_body: dict | None = None        # an OpenAI-compatible server's own switches (vLLM chat_template_kwargs ...)
     response_schema: "OutputSchema | None" = None   # structured output: the reply is JSON of this schema
     tool_choice: str | None = None        # None: the provider's default (auto); "none": tools shown, none callable
-    parallel_tool_calls: bool = False     # several calls in one reply (PhysAssistBench's original allows them)
+    parallel_tool_calls: bool | None = False   # several calls in one reply: False (sent: one call, the first kept),
+                                               # None (allowed, not sent: the provider's default, as PhysAssistBench's
+                                               # original leaves it), True (sent: allowed)
     retry_empty: bool = True              # an HTTP 200 with nothing in it: retried as a glitch, or (False) the model's
                                           # empty turn (`ModelTurnError(kind="empty")`), as EHR-ChatQA's original
 

@@ -72,8 +72,7 @@ def gemini_retry_after(error) -> float | None:
 class GeminiModel(ChatModel):
     provider = "gemini"
 
-    def __init__(self, model: str, base_url: str | None = None, thinking_budget: int | None = None,
-                 timeout_s: float = 120.0, **kwargs):
+    def __init__(self, model: str, base_url: str | None = None, timeout_s: float = 120.0, **kwargs):
         super().__init__(model, **kwargs)
         key = next((os.environ[v] for v in KEY_VARIABLES if os.environ.get(v)), None)
         if not key:
@@ -81,7 +80,6 @@ class GeminiModel(ChatModel):
         options = types.HttpOptions(base_url=base_url, timeout=int(timeout_s * 1000)) if base_url else \
             types.HttpOptions(timeout=int(timeout_s * 1000))
         self.client = genai.Client(api_key=key, http_options=options)
-        self.thinking_budget = thinking_budget
 
     async def _send(self, request: ChatRequest) -> ChatResponse:
         config = types.GenerateContentConfig(
@@ -100,8 +98,8 @@ class GeminiModel(ChatModel):
         if request.response_schema:
             config.response_mime_type = "application/json"
             config.response_schema = request.response_schema.gemini_schema()
-        if self.thinking_budget is not None:
-            config.thinking_config = types.ThinkingConfig(thinking_budget=self.thinking_budget)
+        if request.thinking_budget is not None:
+            config.thinking_config = types.ThinkingConfig(thinking_budget=request.thinking_budget)
         try:
             result = await self.client.aio.models.generate_content(
                 model=self.model, contents=to_contents(request.messages), config=config)

@@ -1,9 +1,13 @@
 """OpenAI-compatible chat completions (OpenAI, vLLM, other servers) through the official `openai` client.
 
-One tool call per step unless the request allows several (`parallel_tool_calls`, PhysAssistBench's original):
-`parallel_tool_calls=False` is sent, and if a server still returns several calls only the first is kept.
+One tool call per step unless the request allows several (`parallel_tool_calls` True, or None: not sent, the
+provider's default, as PhysAssistBench's original leaves it): `parallel_tool_calls=False` is sent, and if a server
+still returns several calls only the first is kept.
 Arguments that are not a JSON object come back as `malformed` (with several calls, the first such problem).
-`reasoning_effort` (a model conf key) is sent as given, e.g. `minimal` for the GPT-5 judges.
+The request parameters are the request's (each benchmark's `sampling.py` table): `reasoning_effort`, `extra_body`
+and the output limit under the name the benchmark's original sends it (`max_completion_tokens` or `max_tokens`). A
+model whose API takes no sampling parameters (`supports_temperature: false` in its conf: OpenAI's reasoning models)
+is sent no temperature, top_p or presence penalty, and its limit as `max_completion_tokens`, the only name it takes.
 """
 from __future__ import annotations
 
@@ -56,11 +60,9 @@ class OpenAICompatibleModel(ChatModel):
     provider = "openai-compatible"
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout_s: float = 120.0, supports_temperature: bool = True, reasoning_effort: str | None = None,
-                 **kwargs):
+                 timeout_s: float = 120.0, supports_temperature: bool = True, **kwargs):
         super().__init__(model, **kwargs)
         self.supports_temperature = supports_temperature  # reasoning models (o-series) refuse the parameter
-        self.reasoning_effort = reasoning_effort
         key = os.environ.get(api_key_env)
         if not key and base_url is None:
             raise ConfigurationError(f"model {model}: set {api_key_env} (or give model.base_url for a local server)")
@@ -70,11 +72,14 @@ class OpenAICompatibleModel(ChatModel):
         kwargs: dict = {"model": self.model, "messages": to_openai_messages(request.system, request.messages)}
         if request.tools:
             kwargs["tools"] = [{"type": "function", "function": t} for t in request.tools]
-            kwargs["parallel_tool_calls"] = request.parallel_tool_calls
+            if request.parallel_tool_calls is not None:
+                kwargs["parallel_tool_calls"] = request.parallel_tool_calls
             if request.tool_choice:
                 kwargs["tool_choice"] = request.tool_choice
-        if self.reasoning_effort:
-            kwargs["reasoning_effort"] = self.reasoning_effort
+        if request.reasoning_effort:
+            kwargs["reasoning_effort"] = request.reasoning_effort
+        if request.extra_body:
+            kwargs["extra_body"] = request.extra_body
         if request.response_schema:
             schema = request.response_schema
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
@@ -84,7 +89,8 @@ class OpenAICompatibleModel(ChatModel):
         for key, value in (("temperature", temperature), ("top_p", top_p),
                            ("presence_penalty", request.presence_penalty if self.supports_temperature else None),
                            ("seed", request.seed),
-                           ("max_completion_tokens", request.max_tokens)):
+                           (request.max_tokens_name if self.supports_temperature else "max_completion_tokens",
+                            request.max_tokens)):
             if value is not None:
                 kwargs[key] = value
         try:
@@ -121,7 +127,7 @@ class OpenAICompatibleModel(ChatModel):
                                      "(finish_reason=content_filter)", usage, blocked=True)
         response = ChatResponse(text=message.content, usage=usage,
                                 finish_reason=finish if finish not in (None, "stop", "tool_calls") else None)
-        calls = (message.tool_calls or [])[:None if request.parallel_tool_calls else 1]
+        calls = (message.tool_calls or [])[:1 if request.parallel_tool_calls is False else None]
         response.tool_calls = []
         for call in calls:
             args, problem = parse_arguments(call.function.arguments)

@@ -45,15 +45,13 @@ def _create(cfg: dict) -> ChatModel:
     if provider == "gemini":
         from .gemini import GeminiModel
 
-        return GeminiModel(cfg["model"], base_url=cfg.get("base_url"), thinking_budget=cfg.get("thinking_budget"),
-                           **common)
+        return GeminiModel(cfg["model"], base_url=cfg.get("base_url"), **common)
     if provider == "openai-compatible":
         from .openai_compatible import OpenAICompatibleModel
 
         return OpenAICompatibleModel(cfg["model"], base_url=cfg.get("base_url"),
                                      api_key_env=cfg.get("api_key_env", "OPENAI_API_KEY"),
-                                     supports_temperature=cfg.get("supports_temperature", True),
-                                     reasoning_effort=cfg.get("reasoning_effort"), **common)
+                                     supports_temperature=cfg.get("supports_temperature", True), **common)
     raise ConfigurationError(f"model provider {provider!r} is unknown; use gemini or openai-compatible "
                              f"(model config: {cfg.get('name')})")
 

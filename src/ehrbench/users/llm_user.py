@@ -17,10 +17,10 @@ failing model API is always an infrastructure error (the trial is re-run, never 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..judges.parsing import parse_json_object
-from ..llm.base import ChatRequest, ModelTurnError, OutputSchema
+from ..llm.base import ChatRequest, ModelTurnError, OutputSchema, Sampling
 from ..llm.usage import MeteredModel
 from ..trial import InfrastructureError, Message, Turn
 
@@ -66,7 +66,11 @@ class LLMUser:
     def __init__(self, model: MeteredModel, prompts: UserPrompts, strategy: str = "reflection",
                  verifier: MeteredModel | None = None, reflection: MeteredModel | None = None,
                  mistakes: list[str] | None = None, temperature: float = 1.0, seed: int | None = None,
-                 max_attempts: int = 3, max_reflections: int = 3, on_filter_failure: str = "end"):
+                 max_attempts: int = 3, max_reflections: int = 3, on_filter_failure: str = "end",
+                 sampling: dict[str, Sampling] | None = None):
+        """`sampling`: role (user, verifier, reflection) -> what its requests send (the benchmark's table); without
+        it the user samples at `temperature` and its supervisors at 0. A seeded user (`seed`) seeds each call with
+        the trial's seed plus its call number, so a regenerated reply can still differ."""
         if strategy not in STRATEGIES:
             raise ValueError(f"user.strategy={strategy!r}; choose one of {list(STRATEGIES)}")
         if on_filter_failure not in FILTER_FAILURE:
@@ -75,7 +79,9 @@ class LLMUser:
             raise ValueError(f"user.strategy={strategy!r} needs a verifier model")
         self.model, self.verifier, self.reflector = model, verifier, reflection or verifier
         self.prompts, self.strategy, self.mistakes = prompts, strategy, list(mistakes or [])
-        self.temperature, self.seed = temperature, seed
+        self.seed = seed
+        self.sampling = {"user": Sampling(temperature=temperature), "verifier": Sampling(temperature=0.0),
+                         "reflection": Sampling(temperature=0.0), **(sampling or {})}
         self.max_attempts, self.max_reflections, self.on_filter_failure = max_attempts, max_reflections, on_filter_failure
         self.messages: list[Message] = []   # the user model's side of the conversation (system prompt sent apart)
         self.calls = 0
@@ -124,8 +130,8 @@ class LLMUser:
     async def _generate(self) -> str:
         self.calls += 1      # a fresh seed per call: a regenerated reply must be able to differ, as unseeded it would
         seed = None if self.seed is None else self.seed + self.calls
-        response = await self.model.complete(ChatRequest(list(self.messages), system=self.prompts.system,
-                                                         temperature=self.temperature, seed=seed))
+        params = replace(self.sampling["user"], seed=seed).request()
+        response = await self.model.complete(ChatRequest(list(self.messages), system=self.prompts.system, **params))
         if response.text is None:
             raise UnusableReply("the user model sent no text")
         reason = reject_reason(response.text, self.prompts)
@@ -154,13 +160,13 @@ class LLMUser:
 
     async def _verified(self, candidate: str) -> bool:
         request = ChatRequest([Message("user", self.supervisor_input(candidate))], system=self.prompts.verifier_system,
-                              temperature=0.0)
+                              **self.sampling["verifier"].request())
         answer = (await self.verifier.complete(request)).text
         return bool(answer) and answer.strip().lower() == "yes"
 
     async def _reflect(self, candidate: str) -> str:
-        request = ChatRequest([Message("user", self.supervisor_input(candidate))],
-                              system=self.prompts.reflection_system, temperature=0.0, response_schema=REFLECTION_OUTPUT)
+        request = ChatRequest([Message("user", self.supervisor_input(candidate))], system=self.prompts.reflection_system,
+                              response_schema=REFLECTION_OUTPUT, **self.sampling["reflection"].request())
         out = parse_json_object((await self.reflector.complete(request)).text)
         revised = (out or {}).get("new_response")
         if not isinstance(revised, str):

@@ -26,7 +26,7 @@ from importlib import resources
 
 import yaml
 
-from ...llm.base import ChatRequest, InfrastructureError
+from ...llm.base import ChatRequest, InfrastructureError, Sampling
 from ...llm.tokens import Estimate, TokenCounter
 from ...llm.usage import MeteredModel
 from ...trial import Message, ToolCall
@@ -68,12 +68,12 @@ def load_call(subject_id: int, current_time: str) -> Message:
 
 
 class ReActAgent:
-    def __init__(self, model: MeteredModel, subject_id: int, current_time: str, temperature: float = 0.0,
-                 seed: int | None = None, max_turns: int = MAX_TURNS, recall=None, sampling: dict | None = None,
-                 knowledge: bool = False, tokens: TokenCounter | None = None):
+    def __init__(self, model: MeteredModel, subject_id: int, current_time: str,
+                 sampling: Sampling = Sampling(temperature=0.0), seed: int | None = None, max_turns: int = MAX_TURNS,
+                 recall=None, knowledge: bool = False, tokens: TokenCounter | None = None):
+        """`sampling`: what every request sends (the benchmark's table), `seed` filling a `"trial"` seed."""
         self.model, self.subject_id, self.current_time = model, subject_id, current_time
-        self.sampling = dict(sampling or {})      # top_p / presence_penalty where the original sends them (vLLM)
-        self.temperature, self.seed, self.max_turns = temperature, seed, max_turns
+        self.params, self.seed, self.max_turns = sampling.request(seed), seed, max_turns
         self.tools = [s for s in SPECS if s["name"] != "load_ehr"              # knowledge: the retrieve_* tools too
                       and (knowledge or not s["name"].startswith("retrieve_"))]
         self.tokens = tokens or Estimate()
@@ -128,7 +128,7 @@ class ReActAgent:
             ([Message("user", prompts()["termination_instruction"])] if forced else [])
         for _ in range(ASKS):             # a reply without a call is asked for again, the same request, as the
             response = await self.model.complete(ChatRequest(      # original's llm_layer does (max_try 5)
-                conversation, tools=tools, temperature=self.temperature, seed=self.seed, **self.sampling))
+                conversation, tools=tools, **self.params))
             if response.tool_calls:
                 break
         call = response.tool_calls[0] if response.tool_calls else None
@@ -243,11 +243,11 @@ class SummarizingAgent(ReActAgent):
     do not check them). Summary calls are metered as the `summarizer` role."""
 
     def __init__(self, model: MeteredModel, summarizer: MeteredModel, mode: str, task: str, subject_id: int,
-                 current_time: str, temperature: float = 0.0, seed: int | None = None, max_turns: int = MAX_TURNS,
-                 every: int = SUMMARY_EVERY, recall=None, sampling: dict | None = None, knowledge: bool = False,
-                 tokens: TokenCounter | None = None):
-        super().__init__(model, subject_id, current_time, temperature, seed, max_turns, recall, sampling, knowledge,
-                         tokens)
+                 current_time: str, sampling: Sampling = Sampling(temperature=0.0), seed: int | None = None,
+                 max_turns: int = MAX_TURNS, every: int = SUMMARY_EVERY, recall=None, knowledge: bool = False,
+                 tokens: TokenCounter | None = None, summarizer_sampling: Sampling | None = None):
+        super().__init__(model, subject_id, current_time, sampling, seed, max_turns, recall, knowledge, tokens)
+        self.summary_params = (summarizer_sampling or sampling).request(seed)
         if mode not in ("resum", "retrosum"):
             raise ValueError(f"summary mode {mode!r}: resum or retrosum")
         self.summarizer, self.mode, self.every = summarizer, mode, every
@@ -281,9 +281,7 @@ class SummarizingAgent(ReActAgent):
         prompt = (template.replace("{{{question}}}", question).replace("{{{recent_history_messages}}}", recent)
                   .replace("{{{last_summary}}}", self.summary or ""))
         try:
-            response = await self.summarizer.complete(ChatRequest([Message("user", prompt)],
-                                                                  temperature=self.temperature, seed=self.seed,
-                                                                  **self.sampling))
+            response = await self.summarizer.complete(ChatRequest([Message("user", prompt)], **self.summary_params))
         except InfrastructureError as e:
             if not e.agent_caused:          # the provider's fault: the trial is re-run
                 raise

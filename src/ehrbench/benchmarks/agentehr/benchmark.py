@@ -18,14 +18,14 @@ import functools
 import json
 import threading
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TaskScores, \
     TrialSettings, check_world, read_json_records
-from ...llm.base import ConfigurationError
+from ...llm.base import ConfigurationError, Sampling
 from ...llm.scripted import ScriptedCall
 from ...llm.tokens import token_counter
 from ...llm.usage import UsageMeter
@@ -33,6 +33,7 @@ from ...trial import Score, TrialRecord
 from . import memory as evolving
 from .agent import ReActAgent, ReferenceAgent, SummarizingAgent, first_message, instruction, prompts
 from .censoring import CENSORING
+from .sampling import TABLE as SAMPLING
 from .scoring import ERRORS, best_at_k, f1, interaction_errors, parse_ehrbench, parse_original
 from .tasks import TASKS
 
@@ -173,6 +174,7 @@ class AgentEhrBenchmark(Benchmark):
     agents = ("reference", "react", "resum", "retrosum")
     users = ("none",)
     model_roles = ("agent", "summarizer", "extractor", "embedder")
+    sampling_table = SAMPLING
     headline_metric = "common/F1"            # the paper's Avg: MIMIC-IV-Common, the mean over the tasks
 
     def check(self) -> None:
@@ -234,12 +236,10 @@ class AgentEhrBenchmark(Benchmark):
             departures.append("censoring=ehrbench (rows hidden until known, not by their first time column)")
         return o.get("contract", "original"), departures
 
-    def sampling(self, model: dict | None) -> dict:
-        """What the original sends a vLLM-served model besides the temperature (its scripts: top_p 0.8,
-        presence_penalty 1.0); OpenAI's and Gemini's models get the temperature alone, as there."""
-        if not model or model.get("server") != "vllm":
-            return {}
-        return {k: float(self.options[k]) for k in ("top_p", "presence_penalty") if self.options.get(k) is not None}
+    def _sampling(self, role: str, model: dict | None) -> Sampling:
+        """The table's parameters; `contract=ehrbench` seeds every call with the trial's seed."""
+        params = self.sampling(role, model)
+        return replace(params, seed="trial") if self.options.get("contract", "original") == "ehrbench" else params
 
     def check_agent(self, agent: str) -> None:
         if self.options.get("memory", "none") != "none" and agent == "reference":
@@ -313,7 +313,7 @@ class AgentEhrBenchmark(Benchmark):
         knowledge = bool(o.get("knowledge", False))       # the substitute corpus: off unless asked for
         tools = AgentEhrTools(views, task.candidates, task.subject_id, task.prediction_time, nearest,
                               Knowledge() if knowledge else None, task.source, self.censoring())
-        mode, temperature = o.get("memory", "none"), float(o.get("temperature", 0.0))
+        mode = o.get("memory", "none")
         turns = int(o.get("max_turns", 100))
         recall = None
         if mode != "none":
@@ -328,15 +328,16 @@ class AgentEhrBenchmark(Benchmark):
             agent = ReferenceAgent(task.task, task.subject_id, task.prediction_time,
                                    ScriptedCall("agent", meter, settings.agent_latency_s), task.source)
         elif settings.agent == "react":
-            agent = ReActAgent(settings.model_for("agent", meter), task.subject_id, task.prediction_time, temperature,
-                               seed, turns, recall, self.sampling(settings.agent_model), knowledge,
+            agent = ReActAgent(settings.model_for("agent", meter), task.subject_id, task.prediction_time,
+                               self._sampling("agent", settings.agent_model), seed, turns, recall, knowledge,
                                token_counter(settings.agent_model))
         else:
             agent = SummarizingAgent(settings.model_for("agent", meter), settings.model_for("summarizer", meter),
-                                     settings.agent, task.task, task.subject_id, task.prediction_time, temperature,
-                                     seed, turns, int(o.get("summary_every", 10)), recall,
-                                     self.sampling(settings.agent_model), knowledge,
-                                     token_counter(settings.agent_model))
+                                     settings.agent, task.task, task.subject_id, task.prediction_time,
+                                     self._sampling("agent", settings.agent_model), seed, turns,
+                                     int(o.get("summary_every", 10)), recall, knowledge,
+                                     token_counter(settings.agent_model),
+                                     self._sampling("summarizer", settings.agent_model))
 
         async def scored(record: TrialRecord) -> Score:
             answer = record.messages[-1]["content"] if record.messages else ""
@@ -373,7 +374,7 @@ class AgentEhrBenchmark(Benchmark):
         query = instruction(task.task, task.subject_id, task.prediction_time)
         items = await evolving.extract(settings.model_for("extractor", meter), query, record, list(task.labels),
                                        self.parse(answer), int(self.options.get("memory_max_items", 10)),
-                                       float(self.options.get("temperature", 0.0)), seed)
+                                       self._sampling("extractor", settings.agent_model), seed)
         learned.append({"stream": evolving.stream(task.task, trial), "key": task.key, "item": {
             "task": task.task, "key": task.key, "subject_id": task.subject_id, "prediction_time": task.prediction_time,
             "f1": score, "success": success, "items": items, "vector": recall.key}})

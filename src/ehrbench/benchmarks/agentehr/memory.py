@@ -27,7 +27,7 @@ from typing import Awaitable, Callable
 
 import numpy as np
 
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, Sampling
 from ...trial import Message, TrialRecord
 
 SUCCESS_F1 = 0.2
@@ -153,7 +153,8 @@ def trajectory(record: TrialRecord, answer: list[str]) -> str:
 
 
 async def extract(model, query: str, record: TrialRecord, labels: list[str], answer: list[str],
-                  max_items: int = 10, temperature: float = 0.0, seed: int | None = None) -> list[dict]:
+                  max_items: int = 10, sampling: Sampling = Sampling(temperature=0.0),
+                  seed: int | None = None) -> list[dict]:
     """Experience items from one trajectory (the reasoning audit), asked once more when the reply has none. The
     prediction and the ground truth are written as the original's prompt shows them (Python lists; the labels as
     {name} items: ehrbench's samples keep no codes)."""
@@ -163,7 +164,7 @@ async def extract(model, query: str, record: TrialRecord, labels: list[str], ans
         max_items=max_items, query=query, raw_trajectory=trajectory(record, answer), prediction_result=str(answer),
         ground_truth=str([{"name": n} for n in labels]))
     for _ in range(2):
-        response = await model.complete(ChatRequest([Message("user", prompt)], temperature=temperature, seed=seed))
+        response = await model.complete(ChatRequest([Message("user", prompt)], **sampling.request(seed)))
         if items := parse_items(response.text or ""):
             return items[:max_items]
     return []

@@ -6,19 +6,13 @@ fresh prompt with the schema, the question, the previous SQL and the error asks 
 `max_refinements` times (the original: 2, so 3 attempts). A query that runs ends the trial, even with no rows, as
 in the original; so does a reply with no SQL in it. Every call is one fresh prompt, not a conversation.
 
-Sampling is the original's per model family (`sampling`, utils/model_specs.py and the evaluators): the GPT-5 family
-at temperature 1.0; GPT-4.1 and the o-series with 2,048 output tokens and no temperature; Gemini 2.5 at temperature
-1, top_p 0.95 (Pro) or 1 (Flash), seed 0 and 65,535 tokens (its thinking is the API's default, dynamic, as the
-original's budget -1); Grok at 0.1; Mistral at 0.1 with 2,048 tokens; a vLLM-served model at 0.2, top_p 0.9 and
-32,768 tokens; anything else at the original's default, 0.1.
+What each call sends is the original's per model family (`sampling.py`, the benchmark's table).
 
 `ReferenceAgent` is the self-check: it writes its SQL from the question alone (`reference.py`), never the gold.
 """
 from __future__ import annotations
 
-import re
-
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, Sampling
 from ...llm.usage import MeteredModel
 from ...trial import Message, ToolCall
 from .prompts import clean_sql_response, generation_prompt, refinement_prompt
@@ -36,29 +30,11 @@ def _final(sql: str, text: str = "") -> Message:
     return Message("assistant", f"{text}\n\n```sql\n{sql}\n```".strip() if sql else (text or "(no SQL)"))
 
 
-def sampling(model: dict | None) -> dict:
-    """The original's settings for a model conf (by its `model` name, or `server: vllm`): ChatRequest fields."""
-    model = model or {}
-    name = str(model.get("model") or model.get("name") or "").lower()
-    if model.get("server") == "vllm":
-        return {"temperature": 0.2, "top_p": 0.9, "max_tokens": 32_768}
-    if "gpt-5" in name:
-        return {"temperature": 1.0}
-    if "gpt-4.1" in name or re.match(r"^o\d", name):
-        return {"max_tokens": 2048}
-    if "gemini" in name:
-        return {"temperature": 1.0, "top_p": 0.95 if "pro" in name else 1.0, "seed": 0, "max_tokens": 65_535}
-    if "mistral" in name:
-        return {"temperature": 0.1, "max_tokens": 2048}
-    return {"temperature": 0.1}                      # grok, and the original's dataclass default
-
-
 class ClinSqlAgent:
     def __init__(self, model: MeteredModel, schema: str | None, max_refinements: int = 2, seed: int | None = None,
-                 settings: dict | None = None):
+                 sampling: Sampling = Sampling(temperature=0.1)):
         self.model, self.schema, self.max_refinements = model, schema, max_refinements
-        self.settings = dict(settings if settings is not None else {"temperature": 0.1})
-        self.settings.setdefault("seed", seed)
+        self.settings = sampling.request(seed)
 
     async def act(self, history: list[Message]) -> Message:
         question = history[0].content or ""

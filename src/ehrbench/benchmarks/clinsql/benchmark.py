@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...benchmark import (Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TaskScores, TrialSettings,
                          check_world)
-from ...llm.base import ConfigurationError
+from ...llm.base import ConfigurationError, Sampling
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
 from . import rubric
-from .agent import ClinSqlAgent, ReferenceAgent, sampling
+from .agent import ClinSqlAgent, ReferenceAgent
 from .scoring import (Candidate, Decision, LlmGrader, ResultsChecker, grader_prompt, offline_sql_decisions,
                       original_prompt, parents)
 from .prompts import generation_prompt, refinement_prompt, schema_text
+from .sampling import TABLE as SAMPLING
 from .tasks import DIFFICULTIES, Task, csv_text, load_tasks
 from .tools import BigQueryTools
 
@@ -114,6 +115,7 @@ class ClinSqlBenchmark(Benchmark):
     agents = ("reference", "clinsql")
     users = ("none",)
     model_roles = ("agent", "grader")
+    sampling_table = SAMPLING
     headline_metric = "exec_score"
     default_grader = "gpt-5-chat"            # the paper's judge (its scorer's only model)
 
@@ -208,6 +210,13 @@ class ClinSqlBenchmark(Benchmark):
                     paths[DB], same)
         return tasks
 
+    def _sampling(self, role: str, model: dict | None) -> Sampling:
+        """The table's parameters; `contract=ehrbench` seeds every call with the trial's seed and judges at 0."""
+        params = self.sampling(role, model)
+        if self.contract()[0] == "original":
+            return params
+        return replace(params, seed="trial", **({"temperature": 0.0} if role == "grader" else {}))
+
     def episode(self, task: Task, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
                 seed: int) -> Episode:
         o = self.options
@@ -219,9 +228,10 @@ class ClinSqlBenchmark(Benchmark):
         else:
             agent = ClinSqlAgent(settings.model_for("agent", meter),
                                  schema_text(self.contract()[0]) if o.get("schema_in_prompt", True) else None,
-                                 int(o["max_refinements"]), seed, sampling(settings.agent_model))
+                                 int(o["max_refinements"]), seed, self._sampling("agent", settings.agent_model))
         original = self.contract()[0] == "original"
-        grader = LlmGrader(settings.model_for("grader", meter), seed, original) if settings.grader_model else None
+        grader = LlmGrader(settings.model_for("grader", meter), seed, original,
+                           self._sampling("grader", settings.grader_model)) if settings.grader_model else None
         grader_name = f"clinsql.grader:{settings.grader_model['name']}" if settings.grader_model else ""
         how = Grading(grader, original, self.leaf_checker(), bool(o.get("judge_gold", True)))
 

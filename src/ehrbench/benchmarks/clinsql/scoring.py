@@ -43,7 +43,7 @@ import pandas
 import sqlglot
 from sqlglot import exp
 
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, Sampling
 from ...llm.usage import MeteredModel
 from ...trial import InfrastructureError, Message
 from .rubric import Node
@@ -290,15 +290,17 @@ class LlmGrader:
     provider refuses for its size scores 0, as the published runs' "Evaluation failed" leaves did); otherwise an
     unreadable reply is asked once more, then fails the grading."""
 
-    def __init__(self, model: MeteredModel, seed: int | None = None, original: bool = True):
+    def __init__(self, model: MeteredModel, seed: int | None = None, original: bool = True,
+                 sampling: Sampling = Sampling(temperature=JUDGE_TEMPERATURE, max_tokens=JUDGE_MAX_TOKENS)):
+        """`sampling`: the benchmark's table's for the judge (the original: 0.2, 1,024 tokens, no seed); otherwise
+        temperature 0 and the trial's `seed`."""
         self.model, self.seed, self.original = model, seed, original
+        self.params = sampling.request(seed)
 
     async def decide(self, leaf: Node, prompt: str) -> Decision:
         if self.original:
             try:
-                reply = await self.model.complete(ChatRequest([Message("user", prompt)],
-                                                              temperature=JUDGE_TEMPERATURE,
-                                                              max_tokens=JUDGE_MAX_TOKENS, seed=self.seed))
+                reply = await self.model.complete(ChatRequest([Message("user", prompt)], **self.params))
             except InfrastructureError as e:
                 if not e.agent_caused:
                     raise

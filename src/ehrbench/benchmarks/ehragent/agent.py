@@ -22,11 +22,11 @@ import json
 
 import Levenshtein
 
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, Sampling
 from ...llm.usage import MeteredModel
 from ...trial import InfrastructureError, Message, ToolCall
 from .prompts import CHATBOT_SYSTEM, KNOWLEDGE_FALLBACK, KNOWLEDGE_SYSTEM, PYTHON_FUNCTION, prompts
-from .tools import code_blocks
+from .tools import HELPER_SAMPLING, code_blocks
 
 MAX_EXECUTIONS = 10          # the user proxy's max_consecutive_auto_reply
 NUM_SHOTS = 4
@@ -89,8 +89,12 @@ class SharedMemory(Memory):
 class EhrAgent:
     def __init__(self, model: MeteredModel, knowledge_model: MeteredModel | None, db_id: str, memory: Memory,
                  seed: int | None = None, num_shots: int = NUM_SHOTS, max_executions: int = MAX_EXECUTIONS,
-                 proxy=None):
+                 proxy=None, sampling: dict[str, Sampling] | None = None):
+        """`sampling`: what the chatbot's (`agent`) and the knowledge call's requests send (the benchmark's table;
+        by default the original's), `seed` filling a `"trial"` seed."""
         self.model, self.knowledge_model, self.db_id, self.memory, self.seed = model, knowledge_model, db_id, memory, seed
+        sampling = {"agent": Sampling(temperature=0.0), "knowledge": HELPER_SAMPLING, **(sampling or {})}
+        self.params = {role: s.request(seed) for role, s in sampling.items()}
         self.num_shots, self.max_executions, self.proxy = num_shots, max_executions, proxy
         self.knowledge = ""
         self.opening: str | None = None          # the proxy's first message (note, examples, question)
@@ -105,7 +109,7 @@ class EhrAgent:
         try:
             response = await self.knowledge_model.complete(ChatRequest(
                 [Message("user", prompts(self.db_id)["RetrKnowledge"].format(question=question))],
-                system=KNOWLEDGE_SYSTEM, temperature=0.0, top_p=0.95, max_tokens=800, seed=self.seed))
+                system=KNOWLEDGE_SYSTEM, **self.params["knowledge"]))
         except InfrastructureError as e:
             if e.agent_caused:
                 return KNOWLEDGE_FALLBACK
@@ -138,7 +142,7 @@ class EhrAgent:
         if self.proxy is not None and self.proxy.crash:     # the original's proxy raised: the chat is over
             return Message("assistant", None)
         response = await self.model.complete(ChatRequest(self.conversation(history), system=CHATBOT_SYSTEM,
-                                                         tools=[PYTHON_FUNCTION], temperature=0.0, seed=self.seed))
+                                                         tools=[PYTHON_FUNCTION], **self.params["agent"]))
         text, answered = response.text, sum(1 for m in history if m.role == "tool")
         call = response.tool_calls[0] if response.tool_calls else None
         if call is not None and (response.malformed or call.error):

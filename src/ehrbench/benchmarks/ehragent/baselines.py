@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from ...agents.tool_calling import tool_call_message
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, Sampling
 from ...llm.usage import MeteredModel
 from ...trial import Message, ToolCall
 from .prompts import prompts
@@ -99,8 +99,10 @@ class BaselineAgent:
     """ReAct and Self-Debugging: a tool-calling loop (at most 10 executions, then one last reply); LLM2SQL: one
     query, run once, its result as the answer."""
 
-    def __init__(self, kind: str, model: MeteredModel, db_id: str, db, tables: dict[str, str], seed: int | None = None):
+    def __init__(self, kind: str, model: MeteredModel, db_id: str, db, tables: dict[str, str], seed: int | None = None,
+                 sampling: Sampling = Sampling(temperature=0.0)):
         self.kind, self.model, self.db_id, self.db, self.tables, self.seed = kind, model, db_id, db, tables, seed
+        self.params = sampling.request(seed)
         self._system: str | None = None
 
     async def system(self) -> str:
@@ -119,7 +121,7 @@ class BaselineAgent:
         last_chance = executions >= MAX_EXECUTIONS
         response = await self.model.complete(ChatRequest(
             history, system=await self.system(), tools=None if last_chance else
-            (REACT_TOOLS if self.kind == "react" else SQL_TOOL), temperature=0.0, seed=self.seed))
+            (REACT_TOOLS if self.kind == "react" else SQL_TOOL), **self.params))
         if response.tool_calls and not last_chance:
             return tool_call_message(response, f"call_{executions + 1}")
         return Message("assistant", response.text or "", finish_reason=response.finish_reason,
@@ -130,8 +132,7 @@ class BaselineAgent:
         if observations:        # the query ran: its result is the answer; an error leaves the question unanswered
             result = observations[-1]
             return Message("assistant", result if "Error" in result else f"The answer is {result}.\nTERMINATE")
-        response = await self.model.complete(ChatRequest(history, system=await self.system(), temperature=0.0,
-                                                         seed=self.seed))
+        response = await self.model.complete(ChatRequest(history, system=await self.system(), **self.params))
         return Message("assistant", None, tool_call=ToolCall("execute_sql", {"sql": extract_sql(response.text or "")},
                                                              "call_1"))
 

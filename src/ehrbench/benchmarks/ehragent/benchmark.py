@@ -21,11 +21,12 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from ...agents.code_sandbox import CellLimits
 from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TrialSettings, read_memory_lines
-from ...llm.base import ConfigurationError
+from ...llm.base import ConfigurationError, Sampling
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
@@ -34,6 +35,7 @@ from .baselines import BaselineAgent, BaselineTools
 from .scoring import compatibility, evaluate_judge, evaluate_log, gold_text, original_log, prediction, strict
 from .prompts import CHATBOT_SYSTEM, DEBUGGER_SYSTEM, KNOWLEDGE_SYSTEM, initial_memory, prompts
 from .tasks import DB_IDS, EHRSQL_NOW, Task, load_tasks, resolve_on
+from .sampling import TABLE as SAMPLING
 from .tools import CodeInterface
 
 FILES = {"ehrsql_mimic_iii": "mimic_iii.json", "ehrsql_eicu": "eicu.json", "treqs": "treqs.jsonl"}
@@ -126,6 +128,7 @@ class EhrAgentBenchmark(Benchmark):
     agents = ("reference", "ehragent", "autogen", "react", "llm2sql", "self_debugging")   # the last three: baselines.py
     users = ("none",)
     model_roles = ("agent", "knowledge", "debugger")
+    sampling_table = SAMPLING
     headline_metric = "SR"
 
     def check(self) -> None:
@@ -245,6 +248,11 @@ class EhrAgentBenchmark(Benchmark):
             chains += [[(t, i) for t in order] for i in range(trials)]
         return chains
 
+    def _sampling(self, role: str, model: dict | None) -> Sampling:
+        """The table's parameters; `contract=ehrbench` seeds the chatbot's and the knowledge call's requests."""
+        params = self.sampling(role, model)
+        return replace(params, seed="trial") if self.options.get("contract", "original") == "ehrbench" else params
+
     def episode(self, task: Task, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
                 seed: int) -> Episode:
         o = self.options
@@ -255,15 +263,17 @@ class EhrAgentBenchmark(Benchmark):
         db, tables = hosts.databases[task.db_id], table_names(task.db_id)
         tools = CodeInterface(task.db_id, db, tables, task.question, EHRSQL_NOW,
                               settings.model_for("debugger", meter) if ehragent and o["debugging"] else None,
-                              limits, float(o["sql_timeout_s"]))
+                              limits, float(o["sql_timeout_s"]), self.sampling("debugger", settings.agent_model))
+        sampling = {role: self._sampling(role, settings.agent_model) for role in ("agent", "knowledge")}
         sequential = o["memory"] == "sequential"
         baseline = settings.agent in ("react", "llm2sql", "self_debugging")
         if baseline:
             tools = BaselineTools(tools, settings.agent)
-            agent = BaselineAgent(settings.agent, settings.model_for("agent", meter), task.db_id, db, tables, seed)
+            agent = BaselineAgent(settings.agent, settings.model_for("agent", meter), task.db_id, db, tables, seed,
+                                  sampling["agent"])
         elif autogen:
             agent = EhrAgent(settings.model_for("agent", meter), None, task.db_id,
-                             Memory(initial_memory(task.db_id)), seed, proxy=tools)
+                             Memory(initial_memory(task.db_id)), seed, proxy=tools, sampling=sampling)
         elif ehragent:
             learned = memory_file_items(str(o["memory_file"])).get(task.db_id, []) if o.get("memory_file") else []
             memory = (SharedMemory(initial_memory(task.db_id), hosts.memory, memory_stream(task.db_id, trial))
@@ -271,7 +281,7 @@ class EhrAgentBenchmark(Benchmark):
             agent = EhrAgent(settings.model_for("agent", meter),
                              settings.model_for("knowledge", meter) if o["knowledge"] else None, task.db_id, memory,
                              seed, num_shots=int(o.get("num_shots", 4)),
-                             max_executions=10 if o.get("interactive", True) else 1, proxy=tools)
+                             max_executions=10 if o.get("interactive", True) else 1, proxy=tools, sampling=sampling)
         else:
             agent = ReferenceAgent(task.db_id, task.question, task.gold_sql,
                                    ScriptedCall("agent", meter, settings.agent_latency_s))

@@ -20,8 +20,9 @@ import re
 
 from ...agents.code_sandbox import CellLimits, CellResult, CodeSandbox
 from ...db.limits import QueryError
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, Sampling
 from ...llm.usage import MeteredModel
+from .sampling import TABLE as SAMPLING
 from ...trial import InfrastructureError, Message
 from .prompts import DEBUGGER_FALLBACK, DEBUGGER_SYSTEM, prompts
 from .tasks import at_database_now
@@ -140,13 +141,19 @@ def repr_message(kind: str, message: str) -> str:
     return f"{kind}({message!r})".split("('")[-1].split("')")[0]
 
 
+# the knowledge and debugger calls' parameters for a model that takes them all (medagent.py: the table's rows)
+HELPER_SAMPLING = SAMPLING.params("debugger", {})
+
+
 class CodeInterface:
     """The trial's tools for one EHRAgent attempt: `python` only."""
 
     def __init__(self, db_id: str, db, tables: dict[str, str], question: str, now: str,
-                 debugger: MeteredModel | None, limits: CellLimits, sql_timeout_s: float = 60.0):
+                 debugger: MeteredModel | None, limits: CellLimits, sql_timeout_s: float = 60.0,
+                 debugger_sampling: Sampling = HELPER_SAMPLING):
         self.db_id, self.db, self.tables, self.question, self.now = db_id, db, tables, question, now
         self.debugger, self.limits, self.sql_timeout_s = debugger, limits, sql_timeout_s
+        self.debugger_params = debugger_sampling.request()
         self.last_answer: str | None = None          # str(answer) of the last cell that ran to its end
         self.code = ""                               # the last cell run (what the debugger is shown)
         self.crash: str | None = None                # the original's proxy would have raised this: question lost
@@ -224,7 +231,7 @@ class CodeInterface:
         prompt = prompts(self.db_id)["CodeDebugger"].format(question=self.question, code=code, error_info=error_info)
         try:
             response = await self.debugger.complete(ChatRequest([Message("user", prompt)], system=DEBUGGER_SYSTEM,
-                                                                temperature=0.0, top_p=0.95, max_tokens=800))
+                                                                **self.debugger_params))
         except InfrastructureError as e:
             if e.agent_caused:
                 return DEBUGGER_FALLBACK

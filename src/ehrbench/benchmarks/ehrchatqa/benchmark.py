@@ -9,12 +9,13 @@ from pathlib import Path
 from ...agents.tool_calling import EHRBENCH, ORIGINAL, ToolCallingAgent
 from ...benchmark import Benchmark, Episode, Hosts, Report, Resources, TaskScores, TrialSettings
 from ...judges.validator import VALIDATION_OUTPUT, SimulationValidator
-from ...llm.base import ConfigurationError
+from ...llm.base import ConfigurationError, Sampling
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...scoreboard import group_rewards, pass_k_curves, pass_k_table
 from ...trial import TrialRecord
 from ...users.llm_user import LLMUser
+from .sampling import TABLE as SAMPLING
 from .prompts import (AGENT_GREETING, agent_system_prompt, prompts, user_prompts, user_system_prompt,
                       validator_conversation)
 from .reference_agent import ReferenceAgent
@@ -88,6 +89,7 @@ class EhrChatQA(Benchmark):
     agents = ("reference", "tool_calling")
     users = ("scripted", "llm")
     model_roles = ("agent", "user", "verifier", "reflection", "validator", "embedder")
+    sampling_table = SAMPLING
     headline_metric = "SR"
 
     def check(self) -> None:
@@ -152,13 +154,14 @@ class EhrChatQA(Benchmark):
                 policy = replace(ORIGINAL, reask_budget_s=budget, reask_wait_s=float(self.options.get(
                     "reask_wait_s", ORIGINAL.reask_wait_s)))
             agent = ToolCallingAgent(settings.model_for("agent", meter), agent_system_prompt(task.db_id, task.task_type),
-                                     tool_schemas(INDEXED_COLUMNS[task.db_id]), temperature=0.0,
-                                     seed=None if self.original else seed, policy=policy)
+                                     tool_schemas(INDEXED_COLUMNS[task.db_id]), self._sampling("agent", settings),
+                                     seed, policy=policy)
         validate = None
         if settings.validator_model:
             validator = SimulationValidator(settings.model_for("validator", meter), prompts()["validator_system"],
                                             settings.validator_samples, schema=VALIDATION_OUTPUT,
-                                            max_steps=settings.limits.max_steps)
+                                            max_steps=settings.limits.max_steps,
+                                            sampling=self.sampling("validator", settings.validator_model))
 
             async def validate(record: TrialRecord) -> dict:
                 prompt = prompts()["validator_input"].format(user_system_prompt=user_system_prompt(task.instruction),
@@ -171,11 +174,25 @@ class EhrChatQA(Benchmark):
     def user(self, task: Task, settings: TrialSettings, meter: UsageMeter, seed: int, mistakes: list[str]):
         if settings.user == "scripted":
             return ScriptedUser(task.instruction, seed, ScriptedCall("user", meter, settings.user_latency_s))
+        supervisor = settings.verifier_model or settings.user_model
         return LLMUser(settings.model_for("user", meter), user_prompts(task.instruction),
                        strategy=settings.user_strategy, verifier=settings.model_for("verifier", meter),
                        reflection=settings.model_for("reflection", meter), mistakes=mistakes,
-                       temperature=settings.user_temperature, seed=None if self.original else seed,
+                       seed=None if self.original else seed,
+                       sampling={"user": self._user_sampling(settings),
+                                 "verifier": self.sampling("verifier", supervisor),
+                                 "reflection": self.sampling("reflection", supervisor)},
                        on_filter_failure=settings.user_on_filter_failure)
+
+    def _sampling(self, role: str, settings: TrialSettings) -> Sampling:
+        """The table's parameters; `contract=ehrbench` seeds the agent's calls with the trial's seed."""
+        params = self.sampling(role, settings.agent_model)
+        return params if self.original else replace(params, seed="trial")
+
+    def _user_sampling(self, settings: TrialSettings) -> Sampling:
+        """The user's: the table's, at `user.temperature` (the paper's 1.0) where its model takes a temperature."""
+        params = self.sampling("user", settings.user_model)
+        return params if params.temperature is None else replace(params, temperature=settings.user_temperature)
 
     # --- results -----------------------------------------------------------------------------------------------
     def report(self, records: list[TrialRecord], tasks: list[Task], k: int, out_dir: Path) -> Report:

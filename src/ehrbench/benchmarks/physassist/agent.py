@@ -17,7 +17,7 @@ those results), which satisfies every rubric item: the harness's self-check (rul
 from __future__ import annotations
 
 from ...agents.tool_calling import tool_call_message
-from ...llm.base import ChatRequest, ModelTurnError
+from ...llm.base import ChatRequest, ModelTurnError, Sampling
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import MeteredModel
 from ...trial import InfrastructureError, Message, ToolCall
@@ -47,10 +47,12 @@ def _this_turn(history: list[Message]) -> tuple[int, list[Message]]:
 
 
 class PhysAssistAgent:
-    def __init__(self, model: MeteredModel, session: Session, prompts: dict, temperature: float = 0.2,
-                 seed: int | None = None, max_tokens: int = 1024, call_cap: int | None = None):
-        self.model, self.prompts, self.temperature, self.seed = model, prompts, temperature, seed
-        self.max_tokens, self.call_cap = max_tokens, call_cap
+    def __init__(self, model: MeteredModel, session: Session, prompts: dict,
+                 sampling: Sampling = Sampling(temperature=0.2, max_tokens=1024, max_tokens_name="max_tokens"),
+                 seed: int | None = None, call_cap: int | None = None):
+        """`sampling`: what every request sends (the benchmark's table), `seed` filling a `"trial"` seed."""
+        self.model, self.prompts, self.params, self.seed = model, prompts, sampling.request(seed), seed
+        self.call_cap = call_cap
         self.opening = [Message("user", prompts["session_open"].format(env_info=session.env_info,
                                                                        subject_id=session.subject_id,
                                                                        hadm_id=session.hadm_id)),
@@ -73,8 +75,7 @@ class PhysAssistAgent:
         try:
             response = await self.model.complete(ChatRequest(
                 self.opening + _sent(history), system=self.prompts["agent_system"], tools=self.tools,
-                temperature=self.temperature, seed=self.seed, max_tokens=self.max_tokens,
-                parallel_tool_calls=self.call_cap is None))
+                tool_choice="auto", parallel_tool_calls=None if self.call_cap is None else False, **self.params))
         except (ModelTurnError, InfrastructureError) as e:
             if not _refused(e):
                 raise
@@ -103,7 +104,7 @@ class PhysAssistAgent:
                 response = await self.model.complete(ChatRequest(
                     self.opening + _sent(history) + [Message("user", self.prompts["nudge"])],
                     system=self.prompts["agent_system"], tools=self.tools, tool_choice="none",
-                    temperature=self.temperature, seed=self.seed, max_tokens=self.max_tokens))
+                    parallel_tool_calls=None if self.call_cap is None else False, **self.params))
             except (ModelTurnError, InfrastructureError) as e:
                 if not _refused(e):
                     raise

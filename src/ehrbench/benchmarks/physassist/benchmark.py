@@ -24,13 +24,14 @@ from __future__ import annotations
 import functools
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from ...benchmark import (Benchmark, Episode, Hosts, Report, Resources, TaskFileError, TaskScores, TrialSettings,
                          check_world)
-from ...llm.base import ConfigurationError
+from ...llm.base import ConfigurationError, Sampling
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
@@ -39,6 +40,7 @@ from .scoring import Judge, rule_grade, turn_score, turn_work
 from .iirs import IirsJudge, turn_metrics
 from .patient import (LlmPatient, OriginalReplay, PatientFacts, ReplayedPatient, SessionPeople, literacy_for,
                       stored_replies)
+from .sampling import TABLE as SAMPLING
 from .tasks import SCENARIOS, Session, load_sessions
 
 DB = "mimic_iv"
@@ -65,6 +67,7 @@ class PhysAssistBenchmark(Benchmark):
     agents = ("reference", "physassist")
     users = ("scripted", "llm")
     model_roles = ("agent", "user", "grader")
+    sampling_table = SAMPLING
     headline_metric = "mRS"
 
     @property
@@ -142,9 +145,6 @@ class PhysAssistBenchmark(Benchmark):
                               "replays stored replies per tool in order)")
         if self.options.get("grading", "judge") == "rules":
             departures.append("grading=rules (no LLM judge: rule_mRS, rule_pass_*)")
-        if self.options.get("max_tokens") is not None:
-            departures.append(f"max_tokens={self.options['max_tokens']} (the original: 10,240 for thinking "
-                              "models, else 1,024)")
         return self.options.get("contract", "original"), departures
 
     def check_grading(self, agent: str, graded: bool) -> None:
@@ -193,6 +193,11 @@ class PhysAssistBenchmark(Benchmark):
                                 "your own MIMIC-IV with data.mimic_iv.path")
         return [replace(s, folder=str(folder)) for s in tasks]
 
+    def _sampling(self, role: str, model: dict | None) -> Sampling:
+        """The table's parameters; `contract=ehrbench` seeds the agent's and the patient's calls."""
+        params = self.sampling(role, model)
+        return replace(params, seed="trial") if self.options.get("contract", "original") == "ehrbench" else params
+
     def episode(self, task: Session, trial: int, hosts: Hosts, settings: TrialSettings, meter: UsageMeter,
                 seed: int) -> Episode:
         from .tools import SessionTools
@@ -208,12 +213,11 @@ class PhysAssistBenchmark(Benchmark):
             agent = ReferenceAgent(task, ScriptedCall("agent", meter, settings.agent_latency_s))
         else:
             agent = PhysAssistAgent(settings.model_for("agent", meter), task, prompts(),
-                                    float(o.get("temperature", 0.2)), seed,
-                                    output_budget(settings.agent_model, o.get("max_tokens")), self.call_cap())
-        judge = Judge(settings.model_for("grader", meter), prompts(), float(o.get("judge_temperature", 0.1))) \
-            if settings.grader_model else None
+                                    self._sampling("agent", settings.agent_model), seed, self.call_cap())
+        grading = self.sampling("grader", settings.grader_model)
+        judge = Judge(settings.model_for("grader", meter), prompts(), grading) if settings.grader_model else None
         judge_name = f"physassist.judge:{settings.grader_model['name']}" if judge else ""
-        iirs = IirsJudge(settings.model_for("grader", meter), prompts()) if judge else None
+        iirs = IirsJudge(settings.model_for("grader", meter), prompts(), at_zero(grading)) if judge else None
 
         async def scored(record: TrialRecord) -> Score:
             return await grade_session(task, record, judge, judge_name, iirs)
@@ -223,8 +227,8 @@ class PhysAssistBenchmark(Benchmark):
         if self.medagent:
             return None                          # one question; the FHIR server answers by tool
         facts = PatientFacts(task.patient_answers)
-        live = LlmPatient(settings.model_for("user", meter), facts, task.persona, prompts(), seed) \
-            if settings.user == "llm" else None
+        live = LlmPatient(settings.model_for("user", meter), facts, task.persona, prompts(), seed,
+                          self._sampling("user", settings.user_model)) if settings.user == "llm" else None
         literacy = literacy_for(task, self.options.get("patient_literacy", "high"))
         if self.patient_replay() == "original":
             patient = OriginalReplay(stored_replies(task, literacy), str(task.persona.get("health_literacy", "high")),
@@ -265,15 +269,9 @@ class PhysAssistBenchmark(Benchmark):
         return {f"physassist.{name}": text for name, text in prompts().items()}
 
 
-def output_budget(model: dict | None, chosen: int | None = None) -> int:
-    """The agent's max_tokens as the original sizes it (eval_runner: 10,240 when the model thinks, else 1,024): a
-    model conf with `thinking: true`, a `reasoning_effort`, or a Gemini thinking budget other than 0."""
-    if chosen is not None:
-        return int(chosen)
-    model = model or {}
-    thinks = bool(model.get("thinking")) or bool(model.get("reasoning_effort")) or (
-        model.get("provider") == "gemini" and model.get("thinking_budget") != 0)
-    return 10_240 if thinks else 1_024
+def at_zero(grading: Sampling) -> Sampling:
+    """The IIRS judge's parameters: the rubric judge's at temperature 0 (`iirs.py`), where it takes one."""
+    return grading if grading.temperature is None else replace(grading, temperature=0.0)
 
 
 def medagent_episode(task, records, settings: TrialSettings, meter: UsageMeter, seed: int) -> Episode:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, Sampling
 from ...llm.usage import MeteredModel
 from ...trial import Message
 from . import rule_checker
@@ -89,12 +89,13 @@ def _history(transcript: tuple[dict, ...], index: int, last: int, chars: int) ->
 class IirsJudge:
     """AA and AID through the run's grader (metered under `grader`), as `score_AA` / `score_AID` ask."""
 
-    def __init__(self, model: MeteredModel, prompts: dict):
-        self.model, self.prompts = model, prompts
+    def __init__(self, model: MeteredModel, prompts: dict,
+                 sampling: Sampling = Sampling(temperature=0.0, max_tokens=4000, max_tokens_name="max_tokens")):
+        self.model, self.prompts, self.params = model, prompts, sampling.request()
 
     async def _ask(self, prompt: str, key: str) -> float:
         reply = await self.model.complete(ChatRequest([Message("user", prompt)], system=self.prompts["iirs_system"],
-                                                      temperature=0.0, max_tokens=4000))
+                                                      **self.params))
         return read_score(reply.text, key)
 
     async def aa(self, question: str, transcript: tuple[dict, ...], index: int, gold: str, answer: str) -> float:
@@ -111,7 +112,7 @@ class IirsJudge:
             return 0.0
         reply = await self.model.complete(ChatRequest(
             [Message("user", self.prompts["iirs_paq"].format(question=question, patient=patient, answer=answer))],
-            system=self.prompts["iirs_system"], temperature=0.0, max_tokens=4000))
+            system=self.prompts["iirs_system"], **self.params))
         return round(sum(read_score(reply.text, k) for k in ("F", "C", "R")) / 3.0, 4)
 
     async def aid(self, question: str, transcript: tuple[dict, ...], index: int, antecedent: str,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, Sampling
 from ...llm.usage import MeteredModel
 from ...trial import Message, Turn
 from .tasks import LITERACY, Session
@@ -89,8 +89,10 @@ class ReplayedPatient:
 class LlmPatient:
     """The original's `PatientAgentRuntime.respond`, its PHM nodes replaced by the released facts."""
 
-    def __init__(self, model: MeteredModel, facts: PatientFacts, persona: dict, prompts: dict, seed: int):
+    def __init__(self, model: MeteredModel, facts: PatientFacts, persona: dict, prompts: dict, seed: int,
+                 sampling: Sampling = Sampling(temperature=0.7, max_tokens=300, max_tokens_name="max_tokens")):
         self.model, self.facts, self.persona, self.prompts, self.seed = model, facts, persona, prompts, seed
+        self.params = sampling.request(seed)
         self.asked: list[str] = []
 
     def system(self) -> str:
@@ -120,8 +122,7 @@ class LlmPatient:
         self.asked.append(f"{kind} ({query or drug})" if query or drug else kind)
         prompt = self.prompts["patient_user"].format(query_desc=desc.get(kind, f"The doctor is asking: {query}"),
                                                      nodes=nodes.rstrip("\n"), prior=prior)
-        reply = await self.model.complete(ChatRequest([Message("user", prompt)], system=self.system(),
-                                                      temperature=0.7, max_tokens=300, seed=self.seed))
+        reply = await self.model.complete(ChatRequest([Message("user", prompt)], system=self.system(), **self.params))
         return (reply.text or "").strip() or NOT_SURE
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ...llm.base import ChatRequest
+from ...llm.base import ChatRequest, Sampling
 from ...llm.usage import MeteredModel
 from ...trial import Message
 from .fhir import canonical
@@ -244,15 +244,18 @@ def read_verdict(text: str | None, n: int, coerce=None, lists: bool = True) -> t
 class Judge:
     """The original's rubric judge on one model (metered under `grader`)."""
 
-    def __init__(self, model: MeteredModel, prompts: dict, temperature: float = 0.1):
-        self.model, self.prompts, self.temperature = model, prompts, temperature
+    def __init__(self, model: MeteredModel, prompts: dict,
+                 sampling: Sampling = Sampling(temperature=0.1, max_tokens=4000, max_tokens_name="max_tokens")):
+        """`sampling`: the benchmark's table's for the grader; a write turn's verdict is allowed 2,000 tokens, as
+        the original's write-turn judge (`eval_discharge_planning.py`)."""
+        self.model, self.prompts, self.sampling = model, prompts, sampling
 
     async def grade(self, turn: Turn, work: TurnWork, transcript: tuple[dict, ...]) -> tuple[list[int] | None, list[str]]:
         """(scores, reasons); scores None when the verdict could not be read (the reasons then hold the raw text)."""
         system, user = judge_prompt(self.prompts, turn, work, transcript)
+        params = replace(self.sampling, max_tokens=2000) if turn.kind == "WU" else self.sampling
         text = (await self.model.complete(ChatRequest([Message("user", user)], system=system,
-                                                      temperature=self.temperature,
-                                                      max_tokens=2000 if turn.kind == "WU" else 4000))).text
+                                                      **params.request()))).text
         write_turn = turn.kind == "WU"
         verdict = read_verdict(text, len(turn.items), (lambda s: int(bool(s))) if write_turn else None,
                                lists=not write_turn)

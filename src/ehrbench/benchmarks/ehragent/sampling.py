@@ -1,0 +1,20 @@
+"""What EHRAgent's original sends each model (wshi83/EhrAgent 7dfcaf3, on pyautogen 0.2.0 and openai 1.7.2): the
+chatbot through AutoGen's `llm_config` (`config.py`), the knowledge and debugger calls through their own client
+(`medagent.py`). One model plays every role, as there."""
+from __future__ import annotations
+
+from ...sampling import Rule, SamplingTable
+
+TABLE = SamplingTable((
+    Rule(("agent",), "any", {"temperature": 0.0}, "`config.py` `llm_config`: `temperature=0` (`cache_seed` is a "
+                                                  "local disk cache's key, never sent)"),
+    Rule(("knowledge",), "any", {"temperature": 0.0, "top_p": 0.95, "max_tokens": 800, "max_tokens_name": "max_tokens"},
+         "`medagent.py` `retrieve_knowledge`: `temperature=0`, `top_p=0.95`, `max_tokens=800`"),
+    Rule(("debugger",), "any", {"temperature": 0.0, "top_p": 0.95, "max_tokens": 800, "max_tokens_name": "max_tokens"},
+         "`medagent.py` `code_debugger`: `temperature=0`, `top_p=0.95`, `max_tokens=800`"),
+    Rule(("*",), "no-sampling", {"temperature": None, "top_p": None, "max_tokens_name": "max_completion_tokens"},
+         "not run by the authors: their requests would be refused (these models take no temperature, and their "
+         "limit only as `max_completion_tokens`)"),
+), note="No call sends a `seed`, a penalty or a reasoning effort. `contract=ehrbench` seeds the chatbot's and the "
+        "knowledge call's requests with the trial's seed. The baselines (ReAct, LLM2SQL, self-debugging) are "
+        "ehrbench's, at the chatbot's parameters.")
