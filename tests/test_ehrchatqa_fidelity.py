@@ -44,16 +44,27 @@ def test_a_reply_keeps_what_follows_the_last_think_as_the_original_keeps_it(case
     assert (split_reasoning(case["text"])[0] or "") == case["kept"]
 
 
-def test_thinking_never_reaches_the_user_or_the_scorer_through_the_real_client(server, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
-    server.push(Reply(text="<think>maybe <answer>5</answer>?</think>There are <answer>6</answer> patients."))
-    model = OpenAICompatibleModel("qwen3-32b", base_url=server.url + "/v1", retry=FAST)
+def test_a_qwen_agents_thinking_is_cut_as_the_original_cuts_it_and_no_one_elses(server, monkeypatch):
+    """The client passes the reply whole; the agent cuts `<think>...</think>` where its benchmark's original does:
+    EHR-ChatQA's for a Qwen model (`'qwen' in model`), every model under contract=ehrbench."""
+    from ehrbench.agents.tool_calling import ToolCallingAgent
+    from ehrbench.benchmarks.ehrchatqa.benchmark import EhrChatQA
     from ehrbench.llm.base import ChatRequest
+    from ehrbench.llm.usage import MeteredModel, UsageMeter
     from ehrbench.trial import Message
 
-    response = run(model.complete(ChatRequest([Message("user", "How many?")])))
-    assert response.text == "There are <answer>6</answer> patients."
-    assert response.reasoning == "maybe <answer>5</answer>?"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    reply = "<think>maybe <answer>5</answer>?</think>There are <answer>6</answer> patients."
+    model = OpenAICompatibleModel("qwen3-32b", base_url=server.url + "/v1", retry=FAST)
+    server.push(Reply(text=reply))
+    assert run(model.complete(ChatRequest([Message("user", "How many?")]))).text == reply      # whole, from the client
+    original, ehrbench = EhrChatQA({}), EhrChatQA({"contract": "ehrbench"})
+    assert original.cuts_reasoning({"model": "Qwen/Qwen3-32B"}) and not original.cuts_reasoning({"model": "gpt-4o"})
+    assert ehrbench.cuts_reasoning({"model": "gpt-4o"})
+    for cut, said in ((True, "There are <answer>6</answer> patients."), (False, reply)):
+        server.push(Reply(text=reply))
+        agent = ToolCallingAgent(MeteredModel(model, "agent", UsageMeter()), "sys", [], cut_reasoning=cut)
+        assert run(agent.act([Message("user", "How many?")])).content == said
 
 
 # --- the agent's failed turns (items 1, 2, 5) -------------------------------------------------------------------------

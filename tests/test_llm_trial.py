@@ -117,22 +117,25 @@ def test_under_the_ehrbench_contract_a_malformed_call_gets_an_error_observation_
 def test_broken_json_is_asked_again_unseen_thinking_is_cut_and_a_cut_off_reply_goes_on(server, task, dbs):
     """One conversation through the benchmark's own episode (contract original): the agent's first call has
     arguments that are not JSON (the model is asked again with the same conversation, and nothing about it enters
-    the record), it thinks aloud before its answer (the user sees only what follows `</think>`), and its first
-    answer is cut off at the token limit (passed to the user as it is; the conversation goes on)."""
+    the record), the agent, a Qwen model, thinks aloud before its answer (the user sees only what follows
+    `</think>`, as the original cuts a Qwen agent's), and its first answer is cut off at the token limit (passed to
+    the user as it is; the conversation goes on)."""
     server.push(Reply(text="how many patients?"), Reply(text="Please finish your sentence."), Reply(text=END_TOKEN),
                 model="user-llm")
     server.push(Reply(tool="sql_execute", raw_args='{"query": "SELECT'),
                 Reply(tool="sql_execute", args={"query": task.gold_sql}),
                 Reply(text="<think>the user wants a count; maybe 0</think>There are", finish="length"),
                 Reply(text=f"<think>finish it</think>There are {task.gold_answer[0][0]} patients."),
-                model="agent-llm")
-    [record] = run_local_trial(task, dbs, settings_for(server, user_strategy="plain", validator_model=None))
+                model="agent-llm-qwen3")
+    qwen = {**settings_for(server).agent_model, "model": "agent-llm-qwen3"}
+    [record] = run_local_trial(task, dbs, settings_for(server, user_strategy="plain", validator_model=None,
+                                                       agent_model=qwen))
     assert (record.termination, record.reward) == ("user_stop", 1.0)
     assert record.tool_calls == 1 and not any("malformed" in (m["content"] or "") for m in record.messages)
     said = [m for m in record.messages if m["role"] == "assistant" and not m["tool_call"]]
     assert [(m["content"], m["finish_reason"]) for m in said] == [
         ("There are", "length"), (f"There are {task.gold_answer[0][0]} patients.", None)]
-    agent_requests = server.requests_for("agent-llm")
+    agent_requests = server.requests_for("agent-llm-qwen3")
     assert agent_requests[0].body["messages"] == agent_requests[1].body["messages"]     # asked again, unchanged
     user_prompts = json.dumps([r.body for r in server.requests_for("user-llm")])
     assert "<think>" not in user_prompts and "maybe 0" not in user_prompts

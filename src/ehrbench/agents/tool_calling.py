@@ -19,7 +19,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from ..llm.base import ChatRequest, ModelTurnError, Sampling
+from ..llm.base import ChatRequest, ModelTurnError, Sampling, split_reasoning
 from ..llm.usage import MeteredModel
 from ..trial import CONTEXT_EXCEEDED, LIMITER_WAIT, InfrastructureError, Message, ToolCall
 
@@ -50,11 +50,12 @@ EHRBENCH = FailurePolicy()
 class ToolCallingAgent:
     def __init__(self, model: MeteredModel, system_prompt: str, tools: list[dict],
                  sampling: Sampling = Sampling(temperature=0.0), seed: int | None = None,
-                 policy: FailurePolicy = EHRBENCH):
-        """`sampling`: what every request sends (the benchmark's table); `seed`: the trial's, where it asks for one."""
+                 policy: FailurePolicy = EHRBENCH, cut_reasoning: bool = False):
+        """`sampling`: what every request sends (the benchmark's table); `seed`: the trial's, where it asks for one;
+        `cut_reasoning`: keep only what follows the last `</think>` of a reply (`split_reasoning`)."""
         self.model, self.system, self.tools = model, system_prompt, tools
         self.params = sampling.request(seed)
-        self.policy = policy
+        self.policy, self.cut_reasoning = policy, cut_reasoning
         self._calls = 0
 
     async def act(self, history: list[Message]) -> Message:
@@ -91,6 +92,8 @@ class ToolCallingAgent:
                     break
             await asyncio.sleep(policy.reask_wait_s)
             reasks += 1
+        if self.cut_reasoning:
+            response.text, response.reasoning = split_reasoning(response.text)
         if response.tool_calls:
             self._calls += 1
             return tool_call_message(response, f"call_{self._calls}")

@@ -164,13 +164,14 @@ class ChatResponse:
     malformed: str | None = None          # why a tool call could not be parsed (the agent gets it as an error)
     finish_reason: str | None = None      # the provider's, when the turn did not end normally ("length", "MAX_TOKENS")
     provider_parts: list | None = None    # the provider's own parts to send back as they came (thought signatures)
-    reasoning: str | None = None          # thinking the model wrote into its text (`<think>...</think>`), taken out
+    reasoning: str | None = None          # thinking a caller took out of the text (`split_reasoning`), kept aside
 
 
 def split_reasoning(text: str | None) -> tuple[str | None, str | None]:
     """(what the model said, what it thought aloud): a Qwen-style model served without a reasoning parser writes its
-    thinking into the reply; EHR-ChatQA's code keeps only what follows the last `</think>` (`utils.py`,
-    `content.split('</think>')[-1].strip()`), so neither the user, the scorer nor a judge reads the thinking. A reply
+    thinking into the reply. Whether it is cut is each benchmark's original's business, never the client's: EHR-ChatQA's
+    keeps only what follows the last `</think>` of a Qwen agent's reply (`utils.py`,
+    `content.split('</think>')[-1].strip()`); the other four keep the whole reply, for their judges and logs. A reply
     without `</think>` (an unclosed `<think>` too) is kept whole, as there."""
     if not text or "</think>" not in text:
         return text, None
@@ -260,7 +261,6 @@ class ChatModel:
                     self.attempts += 1
                     response = await self._send(request)
                 self.calls += 1
-                response.text, response.reasoning = split_reasoning(response.text)
                 if spent.input_tokens or spent.output_tokens:
                     response.usage = response.usage + spent
                 return response

@@ -155,7 +155,7 @@ class EhrChatQA(Benchmark):
                     "reask_wait_s", ORIGINAL.reask_wait_s)))
             agent = ToolCallingAgent(settings.model_for("agent", meter), agent_system_prompt(task.db_id, task.task_type),
                                      tool_schemas(INDEXED_COLUMNS[task.db_id]), self._sampling("agent", settings),
-                                     seed, policy=policy)
+                                     seed, policy=policy, cut_reasoning=self.cuts_reasoning(settings.agent_model))
         validate = None
         if settings.validator_model:
             validator = SimulationValidator(settings.model_for("validator", meter), prompts()["validator_system"],
@@ -183,6 +183,11 @@ class EhrChatQA(Benchmark):
                                  "verifier": self.sampling("verifier", supervisor),
                                  "reflection": self.sampling("reflection", supervisor)},
                        on_filter_failure=settings.user_on_filter_failure)
+
+    def cuts_reasoning(self, model: dict | None) -> bool:
+        """Whether the agent's `<think>...</think>` is cut from its replies: a Qwen model's, as the original's
+        `get_action` cuts it (`'qwen' in model`, `qwen_parse_tool_calls`); every model's under `contract=ehrbench`."""
+        return not self.original or "qwen" in str((model or {}).get("model") or "").lower()
 
     def _sampling(self, role: str, settings: TrialSettings) -> Sampling:
         """The table's parameters; `contract=ehrbench` seeds the agent's calls with the trial's seed."""
