@@ -575,3 +575,45 @@ def test_mutants_score_and_err_as_the_original_s_rules_say(world):
     crashed = run(run_trial(sample.key, 0, Mutant(sample, search, RuntimeError("bug")), None, episode.tools,
                             episode.score, opening="q"))
     assert (crashed.termination, crashed.reward, crashed.valid) == ("agent_error", 0.0, True)   # counted, scored 0
+
+
+@pytest.mark.parametrize("kind", ["cut_off", "blocked"])
+def test_a_turn_with_no_text_is_a_reply_without_a_call_and_a_failed_summary_is_no_summary(world, kind):
+    """The original's llm_layer reads a reply cut off or blocked before any text as one without a call: asked again
+    (5 tries in all), then a think step, the trial going on; its summarize_conversation returns None on any error,
+    so a summary that fails so (or is refused: too long, any 400) leaves the last one in place. Before, either
+    ended the trial as the agent's error, F1 0. An outage is still re-run."""
+    from ehrbench.benchmarks.agentehr.agent import SummarizingAgent
+    from ehrbench.llm.base import ModelTurnError
+    from ehrbench.trial import InfrastructureError
+
+    class Failing:
+        def __init__(self, error, then=()):
+            self.error, self.then, self.calls = error, list(then), 0
+
+        async def complete(self, request):
+            self.calls += 1
+            if self.calls <= 5 or not self.then:
+                raise self.error
+            return self.then.pop(0)
+
+    sample = world[1]["transfers"][0]
+    tools, subject = _tools(world, sample), str(sample["subject_id"])
+    opening = first_message("transfers", sample["subject_id"], sample["prediction_time"])
+    model = Failing(ModelTurnError("x", kind=kind), then=[_call("finish", response=["Medicine"])])
+    record = run(run_trial("k", 0, ReActAgent(model, sample["subject_id"], sample["prediction_time"]), None, tools,
+                           lambda r: asyncio.sleep(0, 0.0), opening=opening))
+    steps = [m["tool_call"]["name"] for m in record.messages if m.get("tool_call")]
+    assert steps == ["load_ehr", "think"] and model.calls == 6      # five asks, a think step, then the finish
+    assert record.termination == "answered" and record.messages[-1]["content"] == "['Medicine']"
+    for failure in (ModelTurnError("x", kind=kind), InfrastructureError("HTTP 400", status=400)):
+        agent = SummarizingAgent(ScriptModel(*[_call("get_table_names", subject_id=subject)] * 10,
+                                             _call("finish", response=["Medicine"])), Failing(failure), "retrosum",
+                                 "transfers", sample["subject_id"], sample["prediction_time"], every=10)
+        record = run(run_trial("k", 1, agent, None, tools, lambda r: asyncio.sleep(0, 0.0), opening=opening))
+        assert record.messages[-1]["content"] == "['Medicine']" and agent.refused_summaries == 2
+    outage = SummarizingAgent(ScriptModel(*[_call("get_table_names", subject_id=subject)] * 10),
+                              Failing(InfrastructureError("HTTP 503 x8")), "resum", "transfers",
+                              sample["subject_id"], sample["prediction_time"], every=10)
+    record = run(run_trial("k", 2, outage, None, tools, lambda r: asyncio.sleep(0, 0.0), opening=opening))
+    assert record.termination == "infra_error_model"

@@ -21,7 +21,7 @@ from ehrbench.benchmarks.clinsql.scoring import (Candidate, LlmGrader, ResultsCh
 from ehrbench.benchmarks.clinsql.prompts import clean_sql_response
 from ehrbench.benchmarks.clinsql.tasks import DIFFICULTIES, SCENARIOS, load_task, load_tasks
 from ehrbench.llm.base import ChatResponse
-from ehrbench.trial import InfrastructureError, run_trial
+from ehrbench.trial import InfrastructureError, Message, run_trial
 
 from .conftest import mlflow_store
 
@@ -160,6 +160,37 @@ def test_under_contract_ehrbench_an_unreadable_reply_is_asked_again_then_fails_n
     never = LlmGrader(StubModel("maybe 1", "still 1?"), original=False)
     with pytest.raises(InfrastructureError, match="no readable 'Score: 0\\|1' after 2 tries"):
         asyncio.run(never.decide(leaf, "p"))
+
+
+def test_a_judge_reply_that_fails_is_scored_as_the_original_scores_it_and_an_outage_re_runs():
+    """Under the original: a judge reply cut off or blocked before any text is read as the empty reply it is (the
+    released scorer's parse: 0); a request refused, for its size or otherwise (any 400), is an "Evaluation failed"
+    leaf, 0, as the published runs' were; an outage is re-run, never a score. Before, a cut-off reply raised inside
+    the grader and re-ran the trial as a harness error."""
+    from ehrbench.llm.base import ModelTurnError
+
+    leaf = next(_task().sql_tree.leaves())
+    for error in (ModelTurnError("cut", kind="cut_off"), ModelTurnError("blocked", kind="blocked")):
+        assert asyncio.run(LlmGrader(StubModel(error)).decide(leaf, "p")).score == 0.0
+    for error in (InfrastructureError("HTTP 400: too long", agent_caused=True),
+                  InfrastructureError("HTTP 400: content filter", status=400)):
+        decision = asyncio.run(LlmGrader(StubModel(error)).decide(leaf, "p"))
+        assert decision.score == 0.0 and decision.rationale.startswith("Evaluation failed")
+    with pytest.raises(InfrastructureError):
+        asyncio.run(LlmGrader(StubModel(InfrastructureError("HTTP 503 x8"))).decide(leaf, "p"))
+
+
+@pytest.mark.parametrize("error", ["cut_off", "blocked", "refused_for_size", "bad_request"])
+def test_an_agent_turn_that_fails_is_a_sample_without_sql_judged_as_the_original_judges_it(error):
+    """The original counts a generation that failed (cut off or blocked before any text, a request refused) as
+    "Failed to generate SQL" and still judges the sample; before, ehrbench ended the trial as the agent's error,
+    never judged."""
+    from ehrbench.llm.base import ModelTurnError
+
+    failure = ModelTurnError("x", kind=error) if error in ("cut_off", "blocked") else \
+        InfrastructureError("HTTP 400", agent_caused=error == "refused_for_size", status=400)
+    said = asyncio.run(ClinSqlAgent(StubModel(failure), None).act([Message("user", "How many?")]))
+    assert (said.content, said.tool_call, said.finish_reason) == ("(no SQL)", None, error)
 
 
 # --- the inference protocol -------------------------------------------------------------------------------------

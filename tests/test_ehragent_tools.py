@@ -254,3 +254,83 @@ def test_a_refused_helper_call_gives_the_original_s_fallback_text(tmp_path):
         loop.close()
     assert debugged.endswith("Potential Reasons: " + DEBUGGER_FALLBACK)
     assert KNOWLEDGE_FALLBACK in agent.opening
+
+
+@pytest.mark.parametrize("failure", ["cut_off", "blocked", "bad_request", "refused_for_size", "empty_text"])
+def test_a_helper_call_that_fails_is_tried_twice_then_gives_the_original_s_fallback(tmp_path, failure):
+    """medagent.py's retrieve_knowledge and code_debugger (2 tries, then their fallback texts, the question going
+    on) for every failure that is not an outage: a reply cut off or blocked before any text, a request refused for
+    its size or otherwise (any 400), an empty reply. Before, a cut-off knowledge note scored the question 0 and a
+    cut-off debugger reply re-ran the trial as a harness error. A failure then a note: the note, in 2 calls."""
+    from ehrbench.benchmarks.ehragent.agent import EhrAgent
+    from ehrbench.benchmarks.ehragent.prompts import DEBUGGER_FALLBACK, KNOWLEDGE_FALLBACK
+    from ehrbench.llm.base import ChatResponse, ModelTurnError
+    from ehrbench.trial import InfrastructureError, Message, ToolCall
+
+    def fail():
+        if failure == "empty_text":
+            return ChatResponse(text="  ")
+        if failure in ("cut_off", "blocked"):
+            raise ModelTurnError("no text", kind=failure)
+        raise InfrastructureError("HTTP 400", agent_caused=failure == "refused_for_size", status=400)
+
+    class Failing:
+        def __init__(self, then=None):
+            self.calls, self.then = 0, then
+
+        async def complete(self, request):
+            self.calls += 1
+            if self.then is not None and self.calls > 1:
+                return ChatResponse(text=self.then)
+            return fail()
+
+    class Chatbot:
+        async def complete(self, request):
+            return ChatResponse(tool_calls=[ToolCall("python", {"cell": "answer = 1"})])
+
+    debugger, knowledge, second = Failing(), Failing(), Failing(then="Costs are in COST.")
+    tools = CodeInterface("ehrsql_mimic_iii", toy_database(tmp_path), {"cost": "COST"}, "q", "2105-12-31 23:59:00",
+                          debugger, CellLimits(cpu_s=5, wall_s=20))
+    agent, recovered = (EhrAgent(Chatbot(), k, "ehrsql_mimic_iii", Memory([])) for k in (knowledge, second))
+    loop = asyncio.new_event_loop()
+    try:
+        debugged = loop.run_until_complete(tools.call("python", {"cell": "answer = LoadDB('nope')"}))
+        loop.run_until_complete(agent.act([Message("user", "q?")]))
+        loop.run_until_complete(recovered.act([Message("user", "q?")]))
+    finally:
+        loop.close()
+    assert debugged.endswith("Potential Reasons: " + DEBUGGER_FALLBACK) and debugger.calls == 2
+    assert KNOWLEDGE_FALLBACK in agent.opening and knowledge.calls == 2
+    assert "Costs are in COST." in recovered.opening and second.calls == 2
+
+
+def test_a_chatbot_turn_with_no_text_ends_the_chat_and_a_refused_request_loses_the_question():
+    """The chatbot's reply cut off or blocked before any text is no reply: AutoGen's chat ends there, unanswered
+    (scored 0; main.py's judge still reads the log). A request the provider refuses (a 400 not about size, e.g. a
+    content filter) raised out of the original's chat and lost the question, counted: the agent's failure, scored
+    0, never a re-run."""
+    from ehrbench.benchmarks.ehragent.agent import EhrAgent
+    from ehrbench.llm.base import ModelTurnError
+    from ehrbench.trial import InfrastructureError, Message
+
+    class Failing:
+        def __init__(self, error):
+            self.error = error
+
+        async def complete(self, request):
+            raise self.error
+
+    loop = asyncio.new_event_loop()
+    try:
+        ended = loop.run_until_complete(EhrAgent(Failing(ModelTurnError("cut", kind="cut_off")), None,
+                                                 "ehrsql_mimic_iii", Memory([])).act([Message("user", "q?")]))
+        with pytest.raises(InfrastructureError) as refused:
+            loop.run_until_complete(EhrAgent(Failing(InfrastructureError("HTTP 400: filtered", status=400)), None,
+                                             "ehrsql_mimic_iii", Memory([])).act([Message("user", "q?")]))
+        with pytest.raises(InfrastructureError) as outage:
+            loop.run_until_complete(EhrAgent(Failing(InfrastructureError("HTTP 503 x8")), None,
+                                             "ehrsql_mimic_iii", Memory([])).act([Message("user", "q?")]))
+    finally:
+        loop.close()
+    assert ended.content is None and ended.tool_call is None
+    assert refused.value.agent_caused and not outage.value.agent_caused

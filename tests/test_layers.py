@@ -32,6 +32,7 @@ LAYERS = [
     ("benchmarks", ["benchmarks/agentehr", "benchmarks/clinsql", "benchmarks/ehragent", "benchmarks/ehrchatqa",
                     "benchmarks/physassist"]),
     ("seam", ["benchmark.py", "episode.py", "benchmarks/__init__.py", "config.py", "data_use.py", "sampling.py",
+              "failures.py",
               "reports.py",
               "scoreboard.py", "leaderboard.py", "stats.py", "estimate.py", "tracking/plots.py", "runtime/hosts.py"]),
     ("parts", ["agents", "users", "judges"]),
@@ -98,6 +99,7 @@ def test_the_report_types_live_apart_from_the_seam():
 def test_every_benchmark_package_names_its_roles_alike():
     for package in sorted(p for p in (SRC / "benchmarks").iterdir() if (p / "__init__.py").exists()):
         files = {p.name for p in package.iterdir()}
-        assert {"benchmark.py", "tasks.py", "tools.py", "scoring.py", "sampling.py"} <= files, package.name
+        assert {"benchmark.py", "tasks.py", "tools.py", "scoring.py", "sampling.py", "failures.py"} <= files, \
+            package.name
         assert "authoring.py" in files or (package / "authoring" / "__init__.py").exists(), package.name
         assert not files & {"scorer.py", "judge.py", "grading.py", "taskgen"}, package.name

@@ -435,6 +435,15 @@ def test_a_refused_round_is_nudged_and_a_refused_nudge_is_the_original_s_error_a
     outage = Refusing(InfrastructureError("HTTP 503 after 8 tries"))
     with pytest.raises(InfrastructureError):
         run(PhysAssistAgent(outage, s, prompts()).act([Message("user", "q")]))
+    # any 400 is the agent's request refused, as the size is: nudged, then the error answer
+    bad = InfrastructureError("HTTP 400: invalid prompt", status=400)
+    model = Refusing(bad, bad)
+    assert run(PhysAssistAgent(model, s, prompts()).act([Message("user", "q")])).content == \
+        "[Error generating final answer]"
+    # a nudge cut off or blocked before any text is an empty answer: asked again, 3 times, then the answer is empty
+    model = Refusing(ModelTurnError("cut off"), *[ModelTurnError("blocked", kind="blocked")] * 3)
+    assert run(PhysAssistAgent(model, s, prompts()).act([Message("user", "q")])).content == ""
+    assert len(model.requests) == 1 + 3
     # an empty answer stays out of the conversation the next turn sends, as the original never appends it
     model = Refusing(ChatResponse("Next."))
     run(PhysAssistAgent(model, s, prompts()).act([Message("user", "q1"), Message("assistant", ""),
@@ -1205,3 +1214,38 @@ def test_a_session_that_ends_early_counts_zero_on_every_turn(small, tmp_path):
     report = session_report([ruled], [a], 1, tmp_path, False)
     assert report.metrics["rule_mRS"] == 100.0 and "mRS" not in report.metrics and report.headline == {
         "rule_mRS": 100.0, "rule_pass_session_60": 100.0, "rule_pass_session_75": 100.0}
+
+
+def test_a_judge_reply_that_fails_drops_the_turn_or_scores_0_and_an_outage_re_runs(small):
+    """The original's rubric judge drops a turn whose verdict it cannot read, and its IIRS judge scores a failed
+    call 0: so is a reply cut off or blocked before any text, or a request refused (its size, any 400). Before,
+    each re-ran the trial. An outage still re-runs it; the live patient's empty reply passes as it came."""
+    from ehrbench.benchmarks.physassist.iirs import IirsJudge
+    from ehrbench.benchmarks.physassist.scoring import Judge
+    from ehrbench.llm.base import ModelTurnError
+    from ehrbench.trial import InfrastructureError
+
+    s = next(x for x in small["sessions"] if x.turns[2].kind != "WU")
+
+    class Failing:
+        def __init__(self, error):
+            self.error = error
+
+        async def complete(self, request):
+            raise self.error
+    turn = s.turns[2]
+    for error in (ModelTurnError("cut", kind="cut_off"), ModelTurnError("no", kind="blocked"),
+                  InfrastructureError("HTTP 400", agent_caused=True), InfrastructureError("HTTP 400", status=400)):
+        scores, reasons = run(Judge(Failing(error), prompts()).grade(turn, TurnWork(turn.question, "A.", []),
+                                                                     s.transcript))
+        assert scores is None and reasons[0].startswith("the judge gave no verdict")
+        assert run(IirsJudge(Failing(error), prompts()).aa("q", s.transcript, 1, "gold", "answer")) == 0.0
+    with pytest.raises(InfrastructureError):
+        run(Judge(Failing(InfrastructureError("HTTP 503 x8")), prompts()).grade(
+            turn, TurnWork(turn.question, "A.", []), s.transcript))
+    from ehrbench.benchmarks.physassist.patient import LlmPatient, PatientFacts
+
+    silent = _Scripted(ChatResponse(""))
+    said = run(LlmPatient(silent, PatientFacts(s.patient_answers), s.persona, prompts(), 0).answer(
+        "patient.get_symptom_history", {"query": "pain"}))
+    assert said == "" and len(silent.requests) == 1

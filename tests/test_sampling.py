@@ -146,3 +146,21 @@ def test_the_command_stops_at_a_bad_override_naming_it(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "benchmark.sampling.judge: not a role of this benchmark" in out.stderr
 
+
+
+def test_every_benchmark_says_how_each_roles_failed_turn_ends():
+    """Each benchmark's failure table (`failures.py`, on its docs page) covers every model role it calls, for a reply
+    cut off or blocked before any text and a request refused (its size, any other 400); its agent also for a reply
+    cut off after some text."""
+    from ehrbench.benchmarks import BENCHMARKS
+
+    for name in BENCHMARKS:
+        bench = _bench(name)
+        roles = tuple(r for r in bench.model_roles if r not in ("embedder", "verifier", "reflection"))
+        covered = bench.failure_table.covered(roles)
+        for role in roles:
+            need = {"cut_off", "blocked"} | ({"cut_with_text", "refused_for_size", "bad_request"}
+                                             if role == "agent" else set())
+            if role in ("extractor",):
+                need = {"cut_off", "blocked"}
+            assert need <= covered[role], (name, role, need - covered[role])

@@ -122,3 +122,22 @@ def test_validator_rules_as_the_originals(monkeypatch):
         judge('{"result": "User_Error"}')
     record.steps = 30                                       # all 30 steps used, even if the user then ended it
     assert judge(max_steps=30)["skipped"] == "agent reached the step limit"
+
+
+def test_a_user_call_the_provider_refuses_costs_an_attempt_and_an_outage_re_runs():
+    """The original's user catches any exception of its call as one of the reply's 3 attempts, then sends
+    ###END###: a request refused (its size, any 400) is such a failure; an outage is re-run, never a score."""
+    class Failing:
+        def __init__(self, *errors):
+            self.errors, self.calls = list(errors), 0
+
+        async def complete(self, request):
+            self.calls += 1
+            raise self.errors.pop(0)
+
+    refused = Failing(InfrastructureError("HTTP 400", status=400), InfrastructureError("too long", agent_caused=True),
+                      InfrastructureError("HTTP 400", status=400))
+    [turn] = say(make_user(refused, Scripted()))
+    assert (turn.text, turn.done, refused.calls) == (END_TOKEN, True, 3)
+    with pytest.raises(InfrastructureError):
+        say(make_user(Failing(InfrastructureError("HTTP 503 x8")), Scripted()))

@@ -161,11 +161,12 @@ def sections() -> dict[str, str]:
 
 
 def benchmark_table(kind: str, name: str) -> str:
-    """A benchmark's own table, from its class: `sampling` (what each role sends, `sampling.py`)."""
+    """A benchmark's own table, from its class: `sampling` (what each role sends, `sampling.py`), `failures` (how a
+    failed turn ends, `failures.py`)."""
     from ehrbench import benchmarks
 
     cls = benchmarks.benchmark_class(name)
-    tables = {"sampling": cls.sampling_table}
+    tables = {"sampling": cls.sampling_table, "failures": cls.failure_table}
     if tables.get(kind) is None:
         raise ValueError(f"benchmark {name!r} declares no {kind} table")
     return tables[kind].markdown()

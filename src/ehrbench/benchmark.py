@@ -227,6 +227,8 @@ class Benchmark:
     # what each role's requests send, per model family, as the original's code sets them (`sampling.py`); a
     # benchmark without a table sends only what its code passes
     sampling_table: "SamplingTable | None" = None
+    # how a failed model turn ends, per role and failure kind, as the original ends it (`failures.py`), for its docs
+    failure_table: "FailureTable | None" = None
 
     def __init__(self, options: dict):
         self.options = dict(options)

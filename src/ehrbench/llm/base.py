@@ -64,6 +64,20 @@ class ModelTurnError(Exception):
         self.blocked = self.kind == "blocked"    # a filter blocked it (no text at all)
 
 
+def kind_of(error: Exception) -> str | None:
+    """The failure kind of an error a client raised (`failures.KINDS`): a turn with no usable text (empty, cut_off,
+    blocked), a request refused for its size or any other 400 (refused_for_size, bad_request); None for an
+    infrastructure failure, which is re-run."""
+    if isinstance(error, ModelTurnError):
+        return error.kind
+    if isinstance(error, InfrastructureError) and error.source == "model":
+        if error.agent_caused:
+            return "refused_for_size"
+        if error.status == 400:
+            return "bad_request"
+    return None
+
+
 REFUSED = (400, 413, 422)      # HTTP statuses that may refuse what a request holds (not auth, not a missing model)
 _OVERFLOW = re.compile(r"context|too (long|large|many tokens)|maximum.{0,40}tokens|token (count|limit)|exceed",
                        re.IGNORECASE)

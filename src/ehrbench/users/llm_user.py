@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..judges.parsing import parse_json_object
-from ..llm.base import ChatRequest, ModelTurnError, OutputSchema, Sampling
+from ..llm.base import ChatRequest, ModelTurnError, OutputSchema, Sampling, kind_of
 from ..llm.usage import MeteredModel
 from ..trial import InfrastructureError, Message, Turn
 
@@ -114,8 +114,10 @@ class LLMUser:
                         if await self._verified(revised):
                             break
                     return self._send(revised)           # verified, or the last revision when none passed
-            except (UnusableReply, ModelTurnError) as e:     # as the original: any failed call costs an attempt
-                problems.append(str(e))
+            except (UnusableReply, ModelTurnError, InfrastructureError) as e:
+                if isinstance(e, InfrastructureError) and kind_of(e) is None:   # an outage: the trial is re-run
+                    raise
+                problems.append(str(e))        # as the original: a failed call (a refused one too) costs an attempt
         if self.strategy == "verify" and last_filtered is not None:
             return self._send(last_filtered)             # never verified: the last filtered reply is sent anyway
         if self.on_filter_failure == "rerun":

@@ -26,7 +26,8 @@ from importlib import resources
 
 import yaml
 
-from ...llm.base import ChatRequest, InfrastructureError, Sampling
+from ...failures import kind_of
+from ...llm.base import ChatRequest, ChatResponse, InfrastructureError, ModelTurnError, Sampling
 from ...llm.tokens import Estimate, TokenCounter
 from ...llm.usage import MeteredModel
 from ...trial import Message, ToolCall
@@ -127,8 +128,10 @@ class ReActAgent:
         conversation = self.fit(history, tools) + \
             ([Message("user", prompts()["termination_instruction"])] if forced else [])
         for _ in range(ASKS):             # a reply without a call is asked for again, the same request, as the
-            response = await self.model.complete(ChatRequest(      # original's llm_layer does (max_try 5)
-                conversation, tools=tools, **self.params))
+            try:                           # original's llm_layer does (max_try 5)
+                response = await self.model.complete(ChatRequest(conversation, tools=tools, **self.params))
+            except ModelTurnError as e:    # cut off or blocked before any text: a reply without a call, as there
+                response = ChatResponse(finish_reason=e.kind)
             if response.tool_calls:
                 break
         call = response.tool_calls[0] if response.tool_calls else None
@@ -282,10 +285,12 @@ class SummarizingAgent(ReActAgent):
                   .replace("{{{last_summary}}}", self.summary or ""))
         try:
             response = await self.summarizer.complete(ChatRequest([Message("user", prompt)], **self.summary_params))
-        except InfrastructureError as e:
-            if not e.agent_caused:          # the provider's fault: the trial is re-run
+        except (InfrastructureError, ModelTurnError) as e:
+            if kind_of(e) is None:          # an outage: the trial is re-run
                 raise
-            self.refused_summaries += 1     # too long to summarize: the original goes on without a new summary
+            # refused (too long, any 400), cut off or blocked before any text: the original's
+            # summarize_conversation returns None on any error, and the loop goes on without a new summary
+            self.refused_summaries += 1
             return
         if (response.text or "").strip():
             self.summary, self.at = response.text.strip(), len(history)

@@ -33,6 +33,7 @@ from ...trial import Score, TrialRecord
 from . import memory as evolving
 from .agent import ReActAgent, ReferenceAgent, SummarizingAgent, first_message, instruction, prompts
 from .censoring import CENSORING
+from .failures import TABLE as FAILURES
 from .sampling import TABLE as SAMPLING
 from .scoring import ERRORS, best_at_k, f1, interaction_errors, parse_ehrbench, parse_original
 from .tasks import TASKS
@@ -175,6 +176,7 @@ class AgentEhrBenchmark(Benchmark):
     users = ("none",)
     model_roles = ("agent", "summarizer", "extractor", "embedder")
     sampling_table = SAMPLING
+    failure_table = FAILURES
     headline_metric = "common/F1"            # the paper's Avg: MIMIC-IV-Common, the mean over the tasks
 
     def check(self) -> None:

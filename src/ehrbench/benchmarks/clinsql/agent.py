@@ -12,9 +12,10 @@ What each call sends is the original's per model family (`sampling.py`, the benc
 """
 from __future__ import annotations
 
-from ...llm.base import ChatRequest, Sampling
+from ...failures import kind_of
+from ...llm.base import ChatRequest, ModelTurnError, Sampling
 from ...llm.usage import MeteredModel
-from ...trial import Message, ToolCall
+from ...trial import InfrastructureError, Message, ToolCall
 from .prompts import clean_sql_response, generation_prompt, refinement_prompt
 from .reference import Unread, read_question
 from .tools import TOOL
@@ -46,7 +47,14 @@ class ClinSqlAgent:
             prompt = refinement_prompt(question, sql, observation[len("Error:"):].strip(), self.schema)
         else:
             prompt = generation_prompt(question, self.schema)
-        response = await self.model.complete(ChatRequest([Message("user", prompt)], **self.settings))
+        try:
+            response = await self.model.complete(ChatRequest([Message("user", prompt)], **self.settings))
+        except (ModelTurnError, InfrastructureError) as e:
+            if (kind := kind_of(e)) is None:   # an outage: the trial is re-run
+                raise
+            # cut off or blocked before any text, or refused (its size, any 400): the original's generation failed,
+            # and the sample is judged as one without SQL
+            return Message("assistant", "(no SQL)", finish_reason=kind)
         sql = clean_sql_response(response.text or "")
         if not sql:                         # the original stops here: "Failed to generate SQL"
             return Message("assistant", response.text or "(no SQL)", finish_reason=response.finish_reason)

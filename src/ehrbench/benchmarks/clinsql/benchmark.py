@@ -28,6 +28,7 @@ from .agent import ClinSqlAgent, ReferenceAgent
 from .scoring import (Candidate, Decision, LlmGrader, ResultsChecker, grader_prompt, offline_sql_decisions,
                       original_prompt, parents)
 from .prompts import generation_prompt, refinement_prompt, schema_text
+from .failures import TABLE as FAILURES
 from .sampling import TABLE as SAMPLING
 from .tasks import DIFFICULTIES, Task, csv_text, load_tasks
 from .tools import BigQueryTools
@@ -116,6 +117,7 @@ class ClinSqlBenchmark(Benchmark):
     users = ("none",)
     model_roles = ("agent", "grader")
     sampling_table = SAMPLING
+    failure_table = FAILURES
     headline_metric = "exec_score"
     default_grader = "gpt-5-chat"            # the paper's judge (its scorer's only model)
 

@@ -43,7 +43,8 @@ import pandas
 import sqlglot
 from sqlglot import exp
 
-from ...llm.base import ChatRequest, Sampling
+from ...failures import kind_of
+from ...llm.base import ChatRequest, ModelTurnError, Sampling
 from ...llm.usage import MeteredModel
 from ...trial import InfrastructureError, Message
 from .rubric import Node
@@ -300,12 +301,14 @@ class LlmGrader:
     async def decide(self, leaf: Node, prompt: str) -> Decision:
         if self.original:
             try:
-                reply = await self.model.complete(ChatRequest([Message("user", prompt)], **self.params))
+                text = (await self.model.complete(ChatRequest([Message("user", prompt)], **self.params))).text or ""
+            except ModelTurnError:             # cut off or blocked before any text: read as the empty reply it is
+                text = ""
             except InfrastructureError as e:
-                if not e.agent_caused:
+                if kind_of(e) is None:         # an outage: the trial is re-run
                     raise
                 return Decision(leaf.id, 0.0, f"Evaluation failed: the judge refused the prompt ({e})", "llm")
-            score, explanation = parse_original(reply.text or "")
+            score, explanation = parse_original(text)
             return Decision(leaf.id, score, explanation, "llm")
         text = ""
         for _ in range(2):

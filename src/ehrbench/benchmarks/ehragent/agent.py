@@ -22,11 +22,12 @@ import json
 
 import Levenshtein
 
-from ...llm.base import ChatRequest, Sampling
+from ...failures import kind_of
+from ...llm.base import ChatRequest, ModelTurnError, Sampling
 from ...llm.usage import MeteredModel
 from ...trial import InfrastructureError, Message, ToolCall
 from .prompts import CHATBOT_SYSTEM, KNOWLEDGE_FALLBACK, KNOWLEDGE_SYSTEM, PYTHON_FUNCTION, prompts
-from .tools import HELPER_SAMPLING, code_blocks
+from .tools import HELPER_SAMPLING, HELPER_TRIES, code_blocks
 
 MAX_EXECUTIONS = 10          # the user proxy's max_consecutive_auto_reply
 NUM_SHOTS = 4
@@ -101,20 +102,24 @@ class EhrAgent:
         self.unexecuted: ToolCall | None = None  # a function call in the last reply, which the proxy never ran
 
     async def _knowledge(self, question: str) -> str:
-        """The medical-knowledge note: one model call on the database's RetrKnowledge prompt (temperature 0, top_p
-        0.95, at most 800 tokens); without a knowledge model (the ablation) the note is empty. A request the provider
-        refuses gives the original's fallback text, as its own call did."""
+        """The medical-knowledge note: the database's RetrKnowledge prompt (the table's parameters); without a
+        knowledge model (the ablation) the note is empty. As the original's `retrieve_knowledge` (2 tries): an empty
+        reply, one cut off or blocked before any text, or a request the provider refuses, is tried once more, then
+        the original's fallback text stands in and the question goes on."""
         if self.knowledge_model is None:
             return ""
-        try:
-            response = await self.knowledge_model.complete(ChatRequest(
-                [Message("user", prompts(self.db_id)["RetrKnowledge"].format(question=question))],
-                system=KNOWLEDGE_SYSTEM, **self.params["knowledge"]))
-        except InfrastructureError as e:
-            if e.agent_caused:
-                return KNOWLEDGE_FALLBACK
-            raise
-        return (response.text or "").strip() or KNOWLEDGE_FALLBACK
+        for _ in range(HELPER_TRIES):
+            try:
+                response = await self.knowledge_model.complete(ChatRequest(
+                    [Message("user", prompts(self.db_id)["RetrKnowledge"].format(question=question))],
+                    system=KNOWLEDGE_SYSTEM, **self.params["knowledge"]))
+            except (InfrastructureError, ModelTurnError) as e:
+                if kind_of(e) is None:           # an outage: the trial is re-run
+                    raise
+                continue
+            if (response.text or "").strip():
+                return response.text.strip()
+        return KNOWLEDGE_FALLBACK
 
     def conversation(self, history: list[Message]) -> list[Message]:
         """The chat as the model sees it: the proxy's first message, then each reply and the proxy's answer (a
@@ -141,8 +146,15 @@ class EhrAgent:
                 examples=self.memory.examples(question, self.num_shots), knowledge=self.knowledge, question=question)
         if self.proxy is not None and self.proxy.crash:     # the original's proxy raised: the chat is over
             return Message("assistant", None)
-        response = await self.model.complete(ChatRequest(self.conversation(history), system=CHATBOT_SYSTEM,
-                                                         tools=[PYTHON_FUNCTION], **self.params["agent"]))
+        try:
+            response = await self.model.complete(ChatRequest(self.conversation(history), system=CHATBOT_SYSTEM,
+                                                             tools=[PYTHON_FUNCTION], **self.params["agent"]))
+        except ModelTurnError:     # cut off or blocked before any text: no reply, so AutoGen's chat ends there
+            return Message("assistant", None, finish_reason="no text")
+        except InfrastructureError as e:      # a request refused (any 400): the original's question is lost there,
+            if kind_of(e) == "bad_request":   # counted unanswered (main.py catches it): the agent's failure, scored
+                e.agent_caused = True
+            raise
         text, answered = response.text, sum(1 for m in history if m.role == "tool")
         call = response.tool_calls[0] if response.tool_calls else None
         if call is not None and (response.malformed or call.error):

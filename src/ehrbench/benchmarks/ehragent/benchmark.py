@@ -35,6 +35,7 @@ from .baselines import BaselineAgent, BaselineTools
 from .scoring import compatibility, evaluate_judge, evaluate_log, gold_text, original_log, prediction, strict
 from .prompts import CHATBOT_SYSTEM, DEBUGGER_SYSTEM, KNOWLEDGE_SYSTEM, initial_memory, prompts
 from .tasks import DB_IDS, EHRSQL_NOW, Task, load_tasks, resolve_on
+from .failures import TABLE as FAILURES
 from .sampling import TABLE as SAMPLING
 from .tools import CodeInterface
 
@@ -129,6 +130,7 @@ class EhrAgentBenchmark(Benchmark):
     users = ("none",)
     model_roles = ("agent", "knowledge", "debugger")
     sampling_table = SAMPLING
+    failure_table = FAILURES
     headline_metric = "SR"
 
     def check(self) -> None:

@@ -20,7 +20,8 @@ import re
 
 from ...agents.code_sandbox import CellLimits, CellResult, CodeSandbox
 from ...db.limits import QueryError
-from ...llm.base import ChatRequest, Sampling
+from ...failures import kind_of
+from ...llm.base import ChatRequest, ModelTurnError, Sampling
 from ...llm.usage import MeteredModel
 from .sampling import TABLE as SAMPLING
 from ...trial import InfrastructureError, Message
@@ -141,8 +142,10 @@ def repr_message(kind: str, message: str) -> str:
     return f"{kind}({message!r})".split("('")[-1].split("')")[0]
 
 
-# the knowledge and debugger calls' parameters for a model that takes them all (medagent.py: the table's rows)
+# the knowledge and debugger calls' parameters for a model that takes them all (medagent.py: the table's rows),
+# and how often each is tried before its fallback text (`max_attempts = 2` there)
 HELPER_SAMPLING = SAMPLING.params("debugger", {})
+HELPER_TRIES = 2
 
 
 class CodeInterface:
@@ -226,14 +229,18 @@ class CodeInterface:
         return content
 
     async def _debug(self, code: str, error_info: str) -> str:
-        """Rubber-duck debugging: one model call that lists the single most likely cause (temperature 0, top_p 0.95,
-        800 tokens); a request the provider refuses gives the original's fallback text, as its own call did."""
+        """Rubber-duck debugging: one call listing the single most likely cause (the table's parameters). As the
+        original's `code_debugger` (2 tries): an empty reply, one cut off or blocked before any text, or a request
+        the provider refuses, is tried once more, then the original's fallback text stands in."""
         prompt = prompts(self.db_id)["CodeDebugger"].format(question=self.question, code=code, error_info=error_info)
-        try:
-            response = await self.debugger.complete(ChatRequest([Message("user", prompt)], system=DEBUGGER_SYSTEM,
-                                                                **self.debugger_params))
-        except InfrastructureError as e:
-            if e.agent_caused:
-                return DEBUGGER_FALLBACK
-            raise
-        return (response.text or "").strip() or DEBUGGER_FALLBACK
+        for _ in range(HELPER_TRIES):
+            try:
+                response = await self.debugger.complete(ChatRequest([Message("user", prompt)], system=DEBUGGER_SYSTEM,
+                                                                    **self.debugger_params))
+            except (InfrastructureError, ModelTurnError) as e:
+                if kind_of(e) is None:           # an outage: the trial is re-run
+                    raise
+                continue
+            if (response.text or "").strip():
+                return response.text.strip()
+        return DEBUGGER_FALLBACK

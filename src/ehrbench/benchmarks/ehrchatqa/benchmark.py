@@ -15,6 +15,7 @@ from ...llm.usage import UsageMeter
 from ...scoreboard import group_rewards, pass_k_curves, pass_k_table
 from ...trial import TrialRecord
 from ...users.llm_user import LLMUser
+from .failures import TABLE as FAILURES
 from .sampling import TABLE as SAMPLING
 from .prompts import (AGENT_GREETING, agent_system_prompt, prompts, user_prompts, user_system_prompt,
                       validator_conversation)
@@ -90,6 +91,7 @@ class EhrChatQA(Benchmark):
     users = ("scripted", "llm")
     model_roles = ("agent", "user", "verifier", "reflection", "validator", "embedder")
     sampling_table = SAMPLING
+    failure_table = FAILURES
     headline_metric = "SR"
 
     def check(self) -> None:

@@ -17,6 +17,7 @@ those results), which satisfies every rubric item: the harness's self-check (rul
 from __future__ import annotations
 
 from ...agents.tool_calling import tool_call_message
+from ...failures import kind_of
 from ...llm.base import ChatRequest, ModelTurnError, Sampling
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import MeteredModel
@@ -30,9 +31,9 @@ NUDGES = 3
 
 
 def _refused(e: Exception) -> bool:
-    """A failure of the agent's own request (refused for its content or size, cut off, blocked): the original's
-    loop breaks out of the round and nudges; outages are not this (they re-run the trial)."""
-    return isinstance(e, ModelTurnError) or (isinstance(e, InfrastructureError) and e.agent_caused)
+    """A failure of the agent's own request (refused for its size or any other 400, cut off, blocked): the
+    original's loop breaks out of the round and nudges; outages are not this (they re-run the trial)."""
+    return kind_of(e) is not None
 
 
 def _sent(history: list[Message]) -> list[Message]:
@@ -98,14 +99,17 @@ class PhysAssistAgent:
 
     async def _nudged(self, history: list[Message]) -> Message:
         """The answer asked for in plain text, the tools shown but none callable (the nudge is not kept in the
-        conversation); a refused nudge is the original's "[Error generating final answer]"."""
+        conversation), as `eval_runner.py`: an empty answer (one cut off or blocked before any text too) is asked
+        for again, 3 times in all, then the answer is empty; a refused nudge is "[Error generating final answer]"."""
         for _ in range(NUDGES):
             try:
                 response = await self.model.complete(ChatRequest(
                     self.opening + _sent(history) + [Message("user", self.prompts["nudge"])],
                     system=self.prompts["agent_system"], tools=self.tools, tool_choice="none",
                     parallel_tool_calls=None if self.call_cap is None else False, **self.params))
-            except (ModelTurnError, InfrastructureError) as e:
+            except ModelTurnError:       # cut off or blocked before any text: an empty answer, asked again
+                continue
+            except InfrastructureError as e:
                 if not _refused(e):
                     raise
                 return Message("assistant", "[Error generating final answer]")

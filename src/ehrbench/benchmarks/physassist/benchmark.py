@@ -40,6 +40,7 @@ from .scoring import Judge, rule_grade, turn_score, turn_work
 from .iirs import IirsJudge, turn_metrics
 from .patient import (LlmPatient, OriginalReplay, PatientFacts, ReplayedPatient, SessionPeople, literacy_for,
                       stored_replies)
+from .failures import TABLE as FAILURES
 from .sampling import TABLE as SAMPLING
 from .tasks import SCENARIOS, Session, load_sessions
 
@@ -68,6 +69,7 @@ class PhysAssistBenchmark(Benchmark):
     users = ("scripted", "llm")
     model_roles = ("agent", "user", "grader")
     sampling_table = SAMPLING
+    failure_table = FAILURES
     headline_metric = "mRS"
 
     @property

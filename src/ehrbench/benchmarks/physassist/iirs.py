@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 
-from ...llm.base import ChatRequest, Sampling
+from ...failures import kind_of
+from ...llm.base import ChatRequest, ModelTurnError, Sampling
 from ...llm.usage import MeteredModel
-from ...trial import Message
+from ...trial import InfrastructureError, Message
 from . import rule_checker
 from .rule_checker import CONTROL, KNOWN
 from .tasks import Turn
@@ -94,9 +95,18 @@ class IirsJudge:
         self.model, self.prompts, self.params = model, prompts, sampling.request()
 
     async def _ask(self, prompt: str, key: str) -> float:
-        reply = await self.model.complete(ChatRequest([Message("user", prompt)], system=self.prompts["iirs_system"],
-                                                      **self.params))
-        return read_score(reply.text, key)
+        return read_score(await self._reply(prompt), key)
+
+    async def _reply(self, prompt: str) -> str | None:
+        """The judge's reply; one cut off, blocked or refused (its size, any 400) is none, which scores 0, as the
+        original's `_llm_score` scores a failed call; an outage re-runs the trial."""
+        try:
+            return (await self.model.complete(ChatRequest([Message("user", prompt)],
+                                                          system=self.prompts["iirs_system"], **self.params))).text
+        except (ModelTurnError, InfrastructureError) as e:
+            if kind_of(e) is None:
+                raise
+            return None
 
     async def aa(self, question: str, transcript: tuple[dict, ...], index: int, gold: str, answer: str) -> float:
         if not answer or not gold:
@@ -110,10 +120,8 @@ class IirsJudge:
         stored reply (0-1 each, from the judge), their mean rounded to 4 places; 0 with either empty."""
         if not patient or not answer:
             return 0.0
-        reply = await self.model.complete(ChatRequest(
-            [Message("user", self.prompts["iirs_paq"].format(question=question, patient=patient, answer=answer))],
-            system=self.prompts["iirs_system"], **self.params))
-        return round(sum(read_score(reply.text, k) for k in ("F", "C", "R")) / 3.0, 4)
+        text = await self._reply(self.prompts["iirs_paq"].format(question=question, patient=patient, answer=answer))
+        return round(sum(read_score(text, k) for k in ("F", "C", "R")) / 3.0, 4)
 
     async def aid(self, question: str, transcript: tuple[dict, ...], index: int, antecedent: str,
                   answer: str) -> float:

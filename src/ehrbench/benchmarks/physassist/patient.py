@@ -123,7 +123,7 @@ class LlmPatient:
         prompt = self.prompts["patient_user"].format(query_desc=desc.get(kind, f"The doctor is asking: {query}"),
                                                      nodes=nodes.rstrip("\n"), prior=prior)
         reply = await self.model.complete(ChatRequest([Message("user", prompt)], system=self.system(), **self.params))
-        return (reply.text or "").strip() or NOT_SURE
+        return (reply.text or "").strip()           # an empty reply passes as it came, as the original's
 
 
 # PatientAgentRuntime._fallback_response (English, no PHM nodes): what the original says when its LLM is unavailable

@@ -18,9 +18,10 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-from ...llm.base import ChatRequest, Sampling
+from ...failures import kind_of
+from ...llm.base import ChatRequest, ModelTurnError, Sampling
 from ...llm.usage import MeteredModel
-from ...trial import Message
+from ...trial import InfrastructureError, Message
 from .fhir import canonical
 from .tasks import Turn
 
@@ -254,8 +255,13 @@ class Judge:
         """(scores, reasons); scores None when the verdict could not be read (the reasons then hold the raw text)."""
         system, user = judge_prompt(self.prompts, turn, work, transcript)
         params = replace(self.sampling, max_tokens=2000) if turn.kind == "WU" else self.sampling
-        text = (await self.model.complete(ChatRequest([Message("user", user)], system=system,
-                                                      **params.request()))).text
+        try:
+            text = (await self.model.complete(ChatRequest([Message("user", user)], system=system,
+                                                          **params.request()))).text
+        except (ModelTurnError, InfrastructureError) as e:
+            if kind_of(e) is None:       # an outage: the trial is re-run
+                raise
+            return None, [f"the judge gave no verdict ({e})"]     # the original drops the turn, as unreadable
         write_turn = turn.kind == "WU"
         verdict = read_verdict(text, len(turn.items), (lambda s: int(bool(s))) if write_turn else None,
                                lists=not write_turn)
