@@ -408,6 +408,8 @@ def test_react_with_the_real_openai_client_through_the_fake_server(ray_cluster, 
         server.stop()
     assert out.returncode == 0, out.stderr[-3000:]
     assert len(requests) == 3
+    assert all((r.body["temperature"], r.body["max_tokens"]) == (0.7, 4096) and "seed" not in r.body and
+               "top_p" not in r.body for r in requests)             # agent_llms.py for an OpenAI model: no top_p
     semantic = requests[2].body["messages"][-1]["content"]          # on the run's value index actor
     assert semantic.startswith(f"--- Semantic search results for '{label}' ---\nFound ")
     assert re.search(rf"\n *{re.escape(label)}\s+1\.0+(\n|$)", semantic)           # the label itself, cosine 1

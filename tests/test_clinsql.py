@@ -476,7 +476,11 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
     assert sorted(prompts[2:]) == sorted(expected)                   # every leaf asked, as the original asks it
     assert all(r.body["generationConfig"]["temperature"] == 0.2 and r.body["generationConfig"]["maxOutputTokens"]
                == 1024 for r in requests[2:])
-    assert requests[0].body["generationConfig"]["temperature"] == 1.0     # Gemini Flash's sampling, the original's
+    agent = requests[0].body["generationConfig"]                       # Gemini 2.5's, as the original's table
+    thinking = agent["thinkingConfig"]
+    assert (agent["temperature"], agent["topP"], agent["seed"], agent["maxOutputTokens"]) == (1.0, 1.0, 0, 65_535)
+    assert thinking.get("thinkingBudget", thinking.get("thinking_budget")) == -1
+    assert all("seed" not in r.body["generationConfig"] for r in requests[2:])   # the judge: no seed there
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["clinsql"], output_format="list")
     m = run.data.metrics

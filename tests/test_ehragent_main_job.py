@@ -76,6 +76,8 @@ def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_pat
     assert "(END OF EXAMPLES)" in chatbot[0] and "The admissions table holds the visits." in chatbot[0]
     helpers = [r.body for r in requests if "tools" not in r.body]     # the knowledge note and the debugger
     assert len(helpers) == 2 and all(b["top_p"] == 0.95 and b["temperature"] == 0 for b in helpers)
+    assert all(b["max_tokens"] == 800 and "max_completion_tokens" not in b for b in helpers)   # medagent.py's name
+    assert not any("seed" in r.body for r in requests)                 # the original sends none (cache_seed is local)
 
 
 def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(ray_cluster, tmp_path, shared_world):

@@ -27,7 +27,7 @@ from ...llm.base import ChatRequest, ModelTurnError, Sampling
 from ...llm.usage import MeteredModel
 from ...trial import InfrastructureError, Message, ToolCall
 from .prompts import CHATBOT_SYSTEM, KNOWLEDGE_FALLBACK, KNOWLEDGE_SYSTEM, PYTHON_FUNCTION, prompts
-from .tools import HELPER_SAMPLING, HELPER_TRIES, code_blocks
+from .tools import HELPER_SAMPLING, code_blocks, helper_text
 
 MAX_EXECUTIONS = 10          # the user proxy's max_consecutive_auto_reply
 NUM_SHOTS = 4
@@ -108,18 +108,9 @@ class EhrAgent:
         the original's fallback text stands in and the question goes on."""
         if self.knowledge_model is None:
             return ""
-        for _ in range(HELPER_TRIES):
-            try:
-                response = await self.knowledge_model.complete(ChatRequest(
-                    [Message("user", prompts(self.db_id)["RetrKnowledge"].format(question=question))],
-                    system=KNOWLEDGE_SYSTEM, **self.params["knowledge"]))
-            except (InfrastructureError, ModelTurnError) as e:
-                if kind_of(e) is None:           # an outage: the trial is re-run
-                    raise
-                continue
-            if (response.text or "").strip():
-                return response.text.strip()
-        return KNOWLEDGE_FALLBACK
+        return await helper_text(self.knowledge_model, ChatRequest(
+            [Message("user", prompts(self.db_id)["RetrKnowledge"].format(question=question))],
+            system=KNOWLEDGE_SYSTEM, **self.params["knowledge"]), KNOWLEDGE_FALLBACK)
 
     def conversation(self, history: list[Message]) -> list[Message]:
         """The chat as the model sees it: the proxy's first message, then each reply and the proxy's answer (a

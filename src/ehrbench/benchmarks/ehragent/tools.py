@@ -148,6 +148,22 @@ HELPER_SAMPLING = SAMPLING.params("debugger", {})
 HELPER_TRIES = 2
 
 
+async def helper_text(model: MeteredModel, request: ChatRequest, fallback: str) -> str:
+    """A knowledge or debugger call as `medagent.py` makes it: up to `HELPER_TRIES` tries while the reply is empty,
+    cut off or blocked before any text, or refused (its size, any 400), then `fallback`; an outage re-runs the
+    trial."""
+    for _ in range(HELPER_TRIES):
+        try:
+            text = ((await model.complete(request)).text or "").strip()
+        except (InfrastructureError, ModelTurnError) as e:
+            if kind_of(e) is None:
+                raise
+            continue
+        if text:
+            return text
+    return fallback
+
+
 class CodeInterface:
     """The trial's tools for one EHRAgent attempt: `python` only."""
 
@@ -233,14 +249,5 @@ class CodeInterface:
         original's `code_debugger` (2 tries): an empty reply, one cut off or blocked before any text, or a request
         the provider refuses, is tried once more, then the original's fallback text stands in."""
         prompt = prompts(self.db_id)["CodeDebugger"].format(question=self.question, code=code, error_info=error_info)
-        for _ in range(HELPER_TRIES):
-            try:
-                response = await self.debugger.complete(ChatRequest([Message("user", prompt)], system=DEBUGGER_SYSTEM,
-                                                                    **self.debugger_params))
-            except (InfrastructureError, ModelTurnError) as e:
-                if kind_of(e) is None:           # an outage: the trial is re-run
-                    raise
-                continue
-            if (response.text or "").strip():
-                return response.text.strip()
-        return DEBUGGER_FALLBACK
+        return await helper_text(self.debugger, ChatRequest([Message("user", prompt)], system=DEBUGGER_SYSTEM,
+                                                            **self.debugger_params), DEBUGGER_FALLBACK)
