@@ -224,14 +224,19 @@ class FakeLLMServer:
                 del candidate["content"]["parts"]
             return 200, {"candidates": [candidate], **usage}
         message: dict = {"role": "assistant", "content": reply.text}
-        if reply.tool or reply.calls:
-            message["tool_calls"] = [{"id": f"call_{i + 1}", "type": "function", "function": {
-                "name": name, "arguments": reply.raw_args if reply.raw_args is not None and i == 0 else json.dumps(args)}}
-                for i, (name, args) in enumerate(FakeLLMServer._calls(reply))]
+        calls = [{"name": name, "arguments": reply.raw_args if reply.raw_args is not None and i == 0 else
+                  json.dumps(args)} for i, (name, args) in enumerate(FakeLLMServer._calls(reply))]
+        legacy = "functions" in body                 # the legacy shape: one `function_call`, as OpenAI answers it
+        if calls and legacy:
+            message["function_call"] = calls[0]
+        elif calls:
+            message["tool_calls"] = [{"id": f"call_{i + 1}", "type": "function", "function": c}
+                                     for i, c in enumerate(calls)]
         payload = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": body.get("model"),
                    "choices": [] if reply.empty else [{
                        "index": 0, "message": message,
-                       "finish_reason": reply.finish or ("tool_calls" if reply.tool or reply.calls else "stop")}]}
+                       "finish_reason": reply.finish or (("function_call" if legacy else "tool_calls") if calls
+                                                         else "stop")}]}
         if reply.usage:
             payload["usage"] = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
         return 200, payload

@@ -71,10 +71,12 @@ def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_pat
     m = run.data.metrics
     assert m["SR"] == m["CR"] == m["SR_strict"] == 100.0
     assert (m["calls/agent"], m["calls/knowledge"], m["calls/debugger"]) == (3, 1, 1)
-    chatbot = [json.dumps(r.body) for r in requests if '"tools"' in json.dumps(r.body)]
+    chatbot = [json.dumps(r.body) for r in requests if '"functions"' in json.dumps(r.body)]   # AutoGen 0.2's shape
+    assert all("tools" not in r.body for r in requests)
+    assert [m["role"] for m in requests[3].body["messages"]][-2:] == ["assistant", "function"]   # its result
     assert "KeyError" in chatbot[1] and "Potential Reasons: The table is called admissions." in chatbot[1]
     assert "(END OF EXAMPLES)" in chatbot[0] and "The admissions table holds the visits." in chatbot[0]
-    helpers = [r.body for r in requests if "tools" not in r.body]     # the knowledge note and the debugger
+    helpers = [r.body for r in requests if "functions" not in r.body]   # the knowledge note and the debugger
     assert len(helpers) == 2 and all(b["top_p"] == 0.95 and b["temperature"] == 0 for b in helpers)
     assert all(b["max_tokens"] == 800 and "max_completion_tokens" not in b for b in helpers)   # medagent.py's name
     assert not any("seed" in r.body for r in requests)                 # the original sends none (cache_seed is local)
@@ -113,7 +115,8 @@ def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(
                f"data.root={shared_world / 'gen'}",
                f"tracking.root={store}", f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"]
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-        requests = [json.dumps(r.body) for r in server.requests_for("gpt-4o") if '"tools"' in json.dumps(r.body)]
+        requests = [json.dumps(r.body) for r in server.requests_for("gpt-4o")
+                    if '"functions"' in json.dumps(r.body)]
     finally:
         server.stop()
     assert out.returncode == 0, out.stderr[-3000:]

@@ -193,3 +193,25 @@ def test_every_model_conf_starts_and_answers_with_its_provider_s_quirks(path, se
         assert seen.body.get("max_tokens" if takes else "max_completion_tokens") == 64   # reasoning: its only name
         assert seen.body["reasoning_effort"] == "low"
         assert seen.body["chat_template_kwargs"] == {"enable_thinking": False}          # extra_body, merged
+
+
+def test_the_legacy_functions_shape_goes_out_and_comes_back_as_ehragents_autogen_sends_it(server, monkeypatch):
+    """`api="functions"` (EHRAgent's chatbot, pyautogen 0.2.0): the tools go as `functions`, an earlier call as the
+    assistant's `function_call` and its result as a `function` message with the function's name; the model's
+    `function_call` is read back as the turn's call."""
+    from ehrbench.llm.openai_compatible import OpenAICompatibleModel
+    from ehrbench.trial import Message, ToolCall
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    server.push(Reply(tool="python", args={"cell": "answer = 2"}))
+    history = [Message("user", "q"), Message("assistant", None, tool_call=ToolCall("python", {"cell": "x = 1"}, "c1")),
+               Message("tool", "done", tool_call_id="c1")]
+    tool = {"name": "python", "description": "run a cell", "parameters": {"type": "object", "properties": {}}}
+    response = run(OpenAICompatibleModel("gpt-4o", base_url=server.url + "/v1", retry=FAST).complete(
+        ChatRequest(history, tools=[tool], api="functions")))
+    body = server.requests[-1].body
+    assert body["functions"] == [tool] and "tools" not in body and "parallel_tool_calls" not in body
+    assert body["messages"][1] == {"role": "assistant", "content": None,
+                                   "function_call": {"name": "python", "arguments": '{"cell": "x = 1"}'}}
+    assert body["messages"][2] == {"role": "function", "name": "python", "content": "done"}
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [("python", {"cell": "answer = 2"})]

@@ -28,7 +28,7 @@ EXPECTED = {
     ("ehrchatqa", "reflection"): {"gpt-5-mini": {}, "gemini-2.5-flash": {T: 0.0}},
     ("ehrchatqa", "validator"): {"gpt-5-mini": {}, "gemini-2.5-flash": {T: 0.0}},
     # EHRAgent, config.py (chatbot) and medagent.py (knowledge, debugger): temperature 0, top_p 0.95, 800 tokens
-    ("ehragent", "agent"): {"gpt-5-mini": {}, "gemini-2.5-flash": {T: 0.0}},
+    ("ehragent", "agent"): {"gpt-5-mini": {"api": "functions"}, "gemini-2.5-flash": {T: 0.0, "api": "functions"}},
     ("ehragent", "knowledge"): {"gpt-5-mini": {"max_tokens": 800},
                                 "gemini-2.5-flash": {T: 0.0, "top_p": 0.95, "max_tokens": 800,
                                                      "max_tokens_name": "max_tokens"}},
@@ -39,7 +39,8 @@ EXPECTED = {
     ("clinsql", "agent"): {"gpt-5-mini": {T: 1.0},
                            "gemini-2.5-flash": {T: 1.0, "top_p": 1.0, "seed": 0, "max_tokens": 65_535,
                                                 "thinking_budget": -1}},
-    ("clinsql", "grader"): {"gpt-5-mini": {T: 0.2, "max_tokens": 1024}, "gemini-2.5-flash": {T: 0.2, "max_tokens": 1024}},
+    ("clinsql", "grader"): {"gpt-5-mini": {T: 0.2, "max_tokens": 1024},
+                            "gemini-2.5-flash": {T: 0.2, "max_tokens": 1024}},
     # AgentEHR, agent_llms.py: temperature 0.7 and max_tokens 4096 on every path
     **{("agentehr", role): {"gpt-5-mini": {"max_tokens": 4096},
                             "gemini-2.5-flash": {T: 0.7, "max_tokens": 4096, "max_tokens_name": "max_tokens"}}
@@ -141,8 +142,9 @@ def test_the_command_stops_at_a_bad_override_naming_it(tmp_path):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "ehrbench", "benchmark=clinsql", "+benchmark.sampling.judge.temperature=0",
-                          f"hydra.run.dir={tmp_path}", f"tracking.root={tmp_path / 'm'}", f"data.root={tmp_path / 'g'}"],
+    out = subprocess.run([sys.executable, "-m", "ehrbench", "benchmark=clinsql",
+                          "+benchmark.sampling.judge.temperature=0", f"hydra.run.dir={tmp_path}",
+                          f"tracking.root={tmp_path / 'm'}", f"data.root={tmp_path / 'g'}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "benchmark.sampling.judge: not a role of this benchmark" in out.stderr
 

@@ -367,7 +367,7 @@ def placeholders(items: list[str], values: dict[str, str]) -> list[str]:
     return [re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], item) for item in items]
 
 
-# --- ehrbench's side ---------------------------------------------------------------------------------------------------
+# --- ehrbench's side -------------------------------------------------------------------------------------------
 @dataclass
 class Replayed:
     requests: dict[str, dict[str, list[dict]]]     # task -> role -> normalised requests, in order

@@ -7,7 +7,8 @@ provider from a scenario's script (docs/twins.md).
 It builds the benchmark's databases from the synthetic world (seed 0, `data.dictionary=used`, as the tests do),
 copies the authors' checkout (never into this project) to a working folder, writes the tasks and database files
 there in the layout that harness reads, starts the provider, runs the given command in the working folder with its
-clients routed to the provider by environment variables, and writes `tests/twins/fixtures/<benchmark>_<scenario>.json.gz`:
+clients routed to the provider by environment variables, and writes
+`tests/twins/fixtures/<benchmark>_<scenario>.json.gz`:
 the tasks, the script, the original's normalised requests per task and role, its scores and the provenance (the
 repository, the commit, the interpreter's `pip freeze`, the command and the variables set).
 """

@@ -103,11 +103,12 @@ class Sampling:
     top_p: float | None = None
     presence_penalty: float | None = None
     max_tokens: int | None = None
-    max_tokens_name: str = "max_completion_tokens"   # the OpenAI-compatible field: or "max_tokens", as an original sends
+    max_tokens_name: str = "max_completion_tokens"   # the OpenAI-compatible field (or "max_tokens", as some send)
     seed: int | str | None = None          # an int: that seed on every call; "trial": the trial's seed; None: none
     reasoning_effort: str | None = None    # OpenAI reasoning models
     thinking_budget: int | None = None     # Gemini's thinking budget (-1: dynamic, 0: off)
     extra_body: dict | None = None         # provider switches an OpenAI-compatible server reads (enable_thinking ...)
+    api: str = "tools"                     # the OpenAI-compatible tool API: tools, or the legacy functions
 
     def request(self, trial_seed: int | None = None) -> dict:
         """These parameters as `ChatRequest` fields (`seed="trial"` becomes `trial_seed`)."""
@@ -115,7 +116,7 @@ class Sampling:
         return {"temperature": self.temperature, "top_p": self.top_p, "presence_penalty": self.presence_penalty,
                 "max_tokens": self.max_tokens, "max_tokens_name": self.max_tokens_name, "seed": seed,
                 "reasoning_effort": self.reasoning_effort, "thinking_budget": self.thinking_budget,
-                "extra_body": self.extra_body}
+                "extra_body": self.extra_body, "api": self.api}
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ class ChatRequest:
     reasoning_effort: str | None = None   # OpenAI reasoning models (sent only where the benchmark's original sends it)
     thinking_budget: int | None = None    # Gemini
     extra_body: dict | None = None        # an OpenAI-compatible server's own switches (vLLM chat_template_kwargs ...)
+    api: str = "tools"                    # OpenAI-compatible: `tools` (tool_calls, tool results) or the legacy
+                                          # `functions` (function_call, function results), as EHRAgent's AutoGen
     response_schema: "OutputSchema | None" = None   # structured output: the reply is JSON of this schema
     tool_choice: str | None = None        # None: the provider's default (auto); "none": tools shown, none callable
     parallel_tool_calls: bool | None = False   # several calls in one reply: False (sent: one call, the first kept),

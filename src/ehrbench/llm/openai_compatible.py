@@ -22,13 +22,18 @@ from .base import (ChatModel, ChatRequest, ChatResponse, ConfigurationError, Mod
                    retry_after_from_headers)
 
 
-def to_openai_messages(system: str | None, messages: list[Message]) -> list[dict]:
+def to_openai_messages(system: str | None, messages: list[Message], api: str = "tools") -> list[dict]:
     """The conversation in OpenAI's chat format; a tool result carries its tool's `name` beside `tool_call_id`, as
-    EHR-ChatQA's harness sends it (`tool_calling_agent.py`)."""
+    EHR-ChatQA's harness sends it (`tool_calling_agent.py`). `api="functions"`: the legacy shape EHRAgent's AutoGen
+    0.2 sends, a call as the assistant's `function_call` and its result as a `function` message with the name."""
     out: list[dict] = [{"role": "system", "content": system}] if system else []
     names: dict[str, str] = {}
     for m in messages:
         if m.role == "tool":
+            if api == "functions":
+                out.append({"role": "function", "name": names.get(m.tool_call_id or "", ""),
+                            "content": m.content or ""})
+                continue
             result = {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content or ""}
             if (m.tool_call_id or "") in names:
                 result["name"] = names[m.tool_call_id or ""]
@@ -36,14 +41,23 @@ def to_openai_messages(system: str | None, messages: list[Message]) -> list[dict
         elif m.tool_call is not None:
             names[m.tool_call.id or ""] = m.tool_call.name
             call = m.tool_call
-            out.append({"role": "assistant", "content": m.content, "tool_calls": [{
-                "id": call.id, "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}]})
+            function = {"name": call.name, "arguments": json.dumps(call.arguments)}
+            out.append({"role": "assistant", "content": m.content, "function_call": function} if api == "functions"
+                       else {"role": "assistant", "content": m.content, "tool_calls": [{
+                           "id": call.id, "type": "function", "function": function}]})
         elif m.role == "assistant" and m.content is None:     # a turn with no text at all (cut off, blocked): null,
             out.append({"role": "assistant", "content": None})  # as EHR-ChatQA's original sends it back (its twin)
         else:
             out.append({"role": m.role, "content": m.content or ""})
     return out
+
+
+def _as_tool_call(function_call):
+    """A legacy `function_call` read as a tool call (it has no id: the caller numbers it)."""
+    from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMessageToolCall, Function
+
+    return ChatCompletionMessageToolCall(id="", type="function", function=Function(
+        name=function_call.name or "", arguments=function_call.arguments or ""))
 
 
 def parse_arguments(raw: str | None) -> tuple[dict, str | None]:
@@ -69,8 +83,11 @@ class OpenAICompatibleModel(ChatModel):
         self.client = openai.AsyncOpenAI(api_key=key or "EMPTY", base_url=base_url, timeout=timeout_s, max_retries=0)
 
     async def _send(self, request: ChatRequest) -> ChatResponse:
-        kwargs: dict = {"model": self.model, "messages": to_openai_messages(request.system, request.messages)}
-        if request.tools:
+        kwargs: dict = {"model": self.model, "messages": to_openai_messages(request.system, request.messages,
+                                                                            request.api)}
+        if request.tools and request.api == "functions":
+            kwargs["functions"] = list(request.tools)
+        elif request.tools:
             kwargs["tools"] = [{"type": "function", "function": t} for t in request.tools]
             if request.parallel_tool_calls is not None:
                 kwargs["parallel_tool_calls"] = request.parallel_tool_calls
@@ -118,6 +135,8 @@ class OpenAICompatibleModel(ChatModel):
             raise RetryableError("empty response: the server sent no choices", usage=usage)
         choice = completion.choices[0]
         message, finish = choice.message, choice.finish_reason
+        if getattr(message, "function_call", None) is not None and not message.tool_calls:   # the legacy shape
+            message.tool_calls = [_as_tool_call(message.function_call)]
         if not message.content and not message.tool_calls:
             if finish == "length":
                 raise ModelTurnError("the model was cut off at its output-token limit before saying anything "

@@ -6,8 +6,9 @@ from __future__ import annotations
 from ...sampling import Rule, SamplingTable
 
 TABLE = SamplingTable((
-    Rule(("agent",), "any", {"temperature": 0.0}, "`config.py` `llm_config`: `temperature=0` (`cache_seed` is a "
-                                                  "local disk cache's key, never sent)"),
+    Rule(("agent",), "any", {"temperature": 0.0, "api": "functions"},
+         "`config.py` `llm_config`: `temperature=0`, the legacy `functions` (pyautogen 0.2.0: `function_call`, "
+         "`function` results); `cache_seed` is a local disk cache's key, never sent"),
     Rule(("knowledge",), "any", {"temperature": 0.0, "top_p": 0.95, "max_tokens": 800, "max_tokens_name": "max_tokens"},
          "`medagent.py` `retrieve_knowledge`: `temperature=0`, `top_p=0.95`, `max_tokens=800`"),
     Rule(("debugger",), "any", {"temperature": 0.0, "top_p": 0.95, "max_tokens": 800, "max_tokens_name": "max_tokens"},
