@@ -78,7 +78,7 @@ class FakeLLMServer:
     requests: list[Seen] = field(default_factory=list)
     require_signatures: bool = False   # refuse a request that sends back a signed functionCall without its signature
     issued_signatures: set = field(default_factory=set)
-    defaults: dict = field(default_factory=dict)    # model -> the reply when its script is empty (a bench's steady load)
+    defaults: dict = field(default_factory=dict)    # model or route key -> the reply when its script is empty
     rpm: dict = field(default_factory=dict)         # model -> requests allowed per `window_s`; past it: 429, Retry-After
     window_s: float = 60.0
     served: list = field(default_factory=list)      # (time, model, status) of every chat request answered
@@ -120,7 +120,8 @@ class FakeLLMServer:
                         queue = server.scripts.get(model, server.script)
                     embedding = self.path.endswith("/embeddings") or ":batchEmbedContents" in self.path
                     # embedding calls answer by content unless a reply (an error) was scripted for them
-                    reply = queue.popleft() if queue else Reply() if embedding else server.defaults.get(model) or \
+                    reply = queue.popleft() if queue else Reply() if embedding else \
+                        server.defaults.get(seen.key) or server.defaults.get(model) or \
                         Reply(status=500, text=f"script exhausted for {seen.key or model}")
                     seen.reply = asdict(reply)
                     server.requests.append(seen)

@@ -137,3 +137,30 @@ def test_build_then_use_the_memory_with_the_real_client(ray_cluster, tmp_path, s
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlruns_use' / 'mlflow.db'}")
     [run_] = mlflow.search_runs(experiment_names=["agentehr"], output_format="list")
     assert run_.data.metrics["memory/recalled"] == 1.0 and "memory/entries" not in run_.data.metrics
+
+
+def test_each_role_is_sent_its_originals_parameters_by_gpt_5_mini_and_gemini_2_5_flash(ray_cluster, tmp_path,
+                                                                                     shared_world):
+    """`benchmark=agentehr agent=retrosum benchmark.memory=build model=<m>`: the ReAct agent, RetroSum's summary and
+    the experience extractor each send what `agent_llms.py` sends that model (`wire.EXPECTED`)."""
+    from .fake_llm_server import Reply
+    from .wire import role_by, run_with_every_role_on
+
+    source = ROOT / "data/tasks/agentehr"
+    train = json.loads((source / "train/transfers.json").read_text())[:1]
+    tasks = tmp_path / "tasks"
+    (tasks / "train").mkdir(parents=True)
+    (tasks / "train/transfers.json").write_text(json.dumps(train))
+    (tasks / "transfers.json").write_text(json.dumps(json.loads((source / "transfers.json").read_text())[:1]))
+    (tasks / "manifest.json").write_text((source / "manifest.json").read_text())
+    subject = str(train[0]["subject_id"])
+    run_with_every_role_on(
+        "agentehr", ["benchmark=agentehr", f"benchmark.task_dir={tasks}", "benchmark.tasks=[transfers]",
+                     "agent=retrosum", "benchmark.memory=build", "benchmark.mimic_iii=false", "data.dictionary=used",
+                     "trials=1", f"data.root={shared_world / 'gen'}", f"tracking.root={mlflow_store(tmp_path / 'm')}",
+                     f"runtime.address={ray_cluster.address}"],
+        role_by(("summarizer", "You are an expert at analyzing conversation"),
+                ("extractor", "You are an expert in clinical reasoning auditor")), tmp_path,
+        scripts={"agent": [Reply(tool="get_latest_records", args={"subject_id": subject, "table_name": "transfers"}),
+                           Reply(tool="finish", args={"response": [train[0]["label"][0]["name"]]})]},
+        defaults={"summarizer": Reply(text="<summary>done</summary>"), "extractor": Reply(text=ITEM)})

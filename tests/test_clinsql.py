@@ -504,6 +504,23 @@ def test_the_real_agent_and_llm_grader_through_the_fake_server(small_world, ray_
 JUDGE = json.loads((Path(__file__).parent / "fixtures" / "clinsql_judge_cases.json").read_text())
 
 
+def test_each_role_is_sent_its_originals_parameters_by_gpt_5_mini_and_gemini_2_5_flash(small_world, ray_cluster,
+                                                                                     tmp_path):
+    """`benchmark=clinsql model=<m>`, m writing the SQL and judging it: the agent sends the inference code's
+    settings for that family, the judge the rubric scorer's (`wire.EXPECTED`)."""
+    from .fake_llm_server import Reply
+    from .wire import role_by, run_with_every_role_on
+
+    task, one = _one_easy_task(small_world, tmp_path)
+    run_with_every_role_on(
+        "clinsql", ["benchmark=clinsql", f"benchmark.task_dir={one}", f"data.scale={SCALE}", "trials=1",
+                    "grader=gemini-2.5-flash", f"data.root={small_world / 'gen'}",
+                    f"tracking.root={mlflow_store(tmp_path / 'mlruns')}", f"runtime.address={ray_cluster.address}"],
+        role_by(("grader", "You are an expert clinical data QA judge"), tools=None, otherwise="agent"), tmp_path,
+        roles=("grader",), defaults={"agent": Reply(text=f"Reasoning: as asked.\n```sql\n{task.gold_sql}\n```"),
+                                     "grader": Reply(text="Score: 1\nExplanation: matches the requirement.")})
+
+
 def _csv_candidate(sql: str, text: str) -> Candidate:
     """A candidate whose saved CSV is `text` (the null CSV: a failed query)."""
     import csv

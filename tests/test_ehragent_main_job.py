@@ -82,6 +82,30 @@ def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_pat
     assert not any("seed" in r.body for r in requests)                 # the original sends none (cache_seed is local)
 
 
+def test_each_role_is_sent_its_originals_parameters_by_gpt_5_mini_and_gemini_2_5_flash(ray_cluster, tmp_path,
+                                                                                     shared_world):
+    """`benchmark=ehragent model=<m>`: the chatbot (AutoGen's legacy functions for an OpenAI model), the knowledge
+    note and the debugger each send what the original sends that model (`wire.EXPECTED`)."""
+    from ehrbench.benchmarks.ehragent.prompts import DEBUGGER_SYSTEM, KNOWLEDGE_SYSTEM
+
+    from .fake_llm_server import Reply
+    from .wire import role_by, run_with_every_role_on
+
+    source = ROOT / "data" / "tasks" / "ehragent" / "mimic_iii.json"
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "mimic_iii.json").write_text(json.dumps(json.loads(source.read_text())[:1]))
+    run_with_every_role_on(
+        "ehragent", ["benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
+                     f"benchmark.task_dir={tmp_path / 'tasks'}", "trials=1", "data.dictionary=used",
+                     f"data.root={shared_world / 'gen'}", f"tracking.root={mlflow_store(tmp_path / 'mlruns')}",
+                     f"runtime.address={ray_cluster.address}"],
+        role_by(("debugger", DEBUGGER_SYSTEM[:60]), ("knowledge", KNOWLEDGE_SYSTEM)), tmp_path,
+        scripts={"agent": [Reply(tool="python", args={"cell": "db = LoadDB('admission')\nanswer = len(db)"}),
+                           Reply(text="The answer is 1.\nTERMINATE")]},   # a failing cell: the debugger is asked
+        defaults={"knowledge": Reply(text="- The admissions table holds the visits."),
+                  "debugger": Reply(text="The table is called admissions.")})
+
+
 def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(ray_cluster, tmp_path, shared_world):
     """memory=sequential, as the original's main.py: the questions in the seeded order, one at a time; a solved
     question (its question, knowledge note and last cell) is an example for the next; an unsolved one is not."""

@@ -181,6 +181,28 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path, 
     assert not any(key.encode() in logged for key in TEST_KEYS.values())
 
 
+def test_each_role_is_sent_its_originals_parameters_by_gpt_5_mini_and_gemini_2_5_flash(ray_cluster, tmp_path,
+                                                                                     shared_world):
+    """`benchmark=ehrchatqa_mimic model=<m>`, m playing the agent, the user, its verifier and reflection and the
+    validator: every request sends what the original's `get_completion` sends that model (`wire.EXPECTED`)."""
+    from .fake_llm_server import Reply
+    from .twins.ehrchatqa import role_of
+    from .wire import run_with_every_role_on
+
+    run_with_every_role_on(
+        "ehrchatqa", ["benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]", "limit_tasks=1", "trials=1",
+                      "data.dictionary=used", "runtime.max_in_flight=1", "user=gemini-2.0-flash",
+                      f"data.root={shared_world / 'gen'}", f"data.index_cache={shared_world / 'vi'}",
+                      f"tracking.root={mlflow_store(tmp_path / 'mlruns')}", f"runtime.address={ray_cluster.address}"],
+        role_of, tmp_path, roles=("user", "validator"),
+        scripts={"user": [Reply(text="How many patients have this diagnosis?"), Reply(text="Recent ones, please.")],
+                 "verifier": [Reply(text="no")]},                           # the second turn goes to reflection
+        defaults={"agent": Reply(text="Here is the count."), "user": Reply(text="###END###"),
+                  "verifier": Reply(text="yes"),
+                  "reflection": Reply(text=json.dumps({"reflection": "one goal", "new_response": "Recent ones."})),
+                  "validator": Reply(text=json.dumps({"explanation": "ok", "result": "no_error"}))})
+
+
 def test_reruns_resume_without_repeating_and_mistyped_or_smaller_ones_never_touch_the_run(ray_cluster, tmp_path,
                                                                                           shared_world):
     """A first run does 1 task per database and flow; mistyped reruns stop at start; the same config with 2 tasks

@@ -493,7 +493,10 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     judge `gemini-2.5-flash` (the google-genai client); one unreadable verdict drops its turn from the scores."""
     from .fake_llm_server import FakeLLMServer, Reply
 
-    session = next(s for s in small["sessions"] if "patient" in [t.tool_source for t in s.turns])
+    def asks_patient(t):
+        return any(a["name"].startswith("patient.") for a in t.gold_actions)
+
+    session = next(s for s in small["sessions"] if any(map(asks_patient, s.turns)) and "WU" in [t.kind for t in s.turns])
 
     def interviews(turn):
         return any(a["name"].startswith("patient.") for a in turn.gold_actions)
@@ -574,6 +577,44 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     judge = [a for a in trace.info.assessments if a.name.endswith("/judge")]
     assert judge and {a.source.source_type for a in judge} == {"LLM_JUDGE"}
     assert not any(a.name.startswith("T1/") and a.name.endswith("/judge") for a in judge)
+
+
+def test_each_role_is_sent_its_originals_parameters_by_gpt_5_mini_and_gemini_2_5_flash(small, ray_cluster,
+                                                                                     tmp_path):
+    """`benchmark=physassist model=<m>`, m playing the agent, the live patient and the judges: each sends what the
+    original's runner, judges and patient client send that model (`wire.EXPECTED`), the IIRS judge at temperature
+    0 and the write-turn judge with 2,000 tokens (`wire.CALLS`)."""
+    from .fake_llm_server import Reply
+    from .wire import role_by, run_with_every_role_on
+
+    def asks_patient(t):
+        return any(a["name"].startswith("patient.") for a in t.gold_actions)
+
+    session = next(s for s in small["sessions"] if any(map(asks_patient, s.turns)) and "WU" in [t.kind for t in s.turns])
+    entry = next(json.loads(line) for line in (small["tasks"] / f"{session.scenario}.jsonl").read_text().splitlines()
+                 if json.loads(line)["id"] == session.key)
+    one = tmp_path / "tasks"
+    one.mkdir()
+    (one / f"{session.scenario}.jsonl").write_text(json.dumps(entry) + "\n")
+    (one / "manifest.json").write_text((small["tasks"] / "manifest.json").read_text())
+    agent = []                          # each turn: its first gold call (the patient's if it has one), then the answer
+    for t in session.turns:
+        first = next((a for a in t.gold_actions if a["name"].startswith("patient.")), t.gold_actions[0])
+        args = {"subject_id": session.subject_id, "session_id": session.session_id, **first["arguments"]} \
+            if first["name"].startswith("patient.") else first["arguments"]
+        agent += [Reply(tool=first["name"].replace(".", "__"), args=args), Reply(text=t.gold_answer)]
+    run_with_every_role_on(
+        "physassist", ["benchmark=physassist", "benchmark.scenarios=[" + session.scenario + "]", "trials=1",
+                       "user=gemini-2.0-flash", "benchmark.patient_replay=topic", "grader=gemini-2.5-flash",
+                       "validator=none", "runtime.user_simulators=1", f"runtime.address={ray_cluster.address}",
+                       f"tracking.root={mlflow_store(tmp_path / 'mlruns')}", *_world_args(small, tmp_path)[1:],
+                       f"benchmark.task_dir={one}"],
+        role_by(("user", "You are simulating a patient"), ("grader:iirs", "You are a clinical NLP evaluator"),
+                ("grader:write", "a parameter-level evaluator for an EHR write action"), otherwise="grader"),
+        tmp_path, roles=("user", "grader"), calls=("grader:iirs", "grader:write"),
+        scripts={"agent": agent},
+        defaults={"user": Reply(text="Well, doctor, it has been hard."),
+                  **{judge: Reply(text="{}") for judge in ("grader", "grader:iirs", "grader:write")}})
 
 
 # ---- the self-check: the reference checks what it reads; mutants with scores computed on paper ------------------

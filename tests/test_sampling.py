@@ -1,6 +1,6 @@
 """What each model is sent belongs to the benchmark (`sampling.py`): every role of every benchmark, played by
 gpt-5-mini and by gemini-2.5-flash, gets exactly the parameters its authors' code sends that model family (written
-out here from their code, with where), the real clients put exactly those on the wire, a run can override one
+out in `wire.py` from their code, with where), the real clients put exactly those on the wire, a run can override one
 parameter of one role only as a recorded departure, and no model conf carries request parameters."""
 from __future__ import annotations
 
@@ -8,51 +8,14 @@ import asyncio
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ehrbench.llm.base import ChatRequest, Sampling
 from ehrbench.trial import Message
 
 from .fake_llm_server import Reply
+from .wire import CONFS, EXPECTED, T, expected, sent
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFS = {m: yaml.safe_load((ROOT / "conf" / "model" / f"{m}.yaml").read_text())
-         for m in ("gpt-5-mini", "gemini-2.5-flash")}
-T = "temperature"
-# (benchmark conf, role) -> model -> the parameters its original sends (unset: not sent), with where
-EXPECTED = {
-    # EHR-ChatQA, src/utils.py get_completion via litellm: reasoning models get no temperature
-    ("ehrchatqa", "agent"): {"gpt-5-mini": {}, "gemini-2.5-flash": {T: 0.0}},
-    ("ehrchatqa", "user"): {"gpt-5-mini": {}, "gemini-2.5-flash": {T: 1.0}},
-    ("ehrchatqa", "verifier"): {"gpt-5-mini": {}, "gemini-2.5-flash": {T: 0.0}},
-    ("ehrchatqa", "reflection"): {"gpt-5-mini": {}, "gemini-2.5-flash": {T: 0.0}},
-    ("ehrchatqa", "validator"): {"gpt-5-mini": {}, "gemini-2.5-flash": {T: 0.0}},
-    # EHRAgent, config.py (chatbot) and medagent.py (knowledge, debugger): temperature 0, top_p 0.95, 800 tokens
-    ("ehragent", "agent"): {"gpt-5-mini": {"api": "functions"}, "gemini-2.5-flash": {T: 0.0, "api": "functions"}},
-    ("ehragent", "knowledge"): {"gpt-5-mini": {"max_tokens": 800},
-                                "gemini-2.5-flash": {T: 0.0, "top_p": 0.95, "max_tokens": 800,
-                                                     "max_tokens_name": "max_tokens"}},
-    ("ehragent", "debugger"): {"gpt-5-mini": {"max_tokens": 800},
-                               "gemini-2.5-flash": {T: 0.0, "top_p": 0.95, "max_tokens": 800,
-                                                    "max_tokens_name": "max_tokens"}},
-    # ClinSQL, the inference ModelConfig per family and the rubric scorer's judge
-    ("clinsql", "agent"): {"gpt-5-mini": {T: 1.0},
-                           "gemini-2.5-flash": {T: 1.0, "top_p": 1.0, "seed": 0, "max_tokens": 65_535,
-                                                "thinking_budget": -1}},
-    ("clinsql", "grader"): {"gpt-5-mini": {T: 0.2, "max_tokens": 1024},
-                            "gemini-2.5-flash": {T: 0.2, "max_tokens": 1024}},
-    # AgentEHR, agent_llms.py: temperature 0.7 and max_tokens 4096 on every path
-    **{("agentehr", role): {"gpt-5-mini": {"max_tokens": 4096},
-                            "gemini-2.5-flash": {T: 0.7, "max_tokens": 4096, "max_tokens_name": "max_tokens"}}
-       for role in ("agent", "summarizer", "extractor")},
-    # PhysAssistBench, model_configs.yaml / eval_runner.py (gpt-5-mini: the Responses entry), the judges, the patient
-    ("physassist", "agent"): {"gpt-5-mini": {"max_tokens": 1024, "reasoning_effort": "minimal"},
-                              "gemini-2.5-flash": {T: 0.2, "max_tokens": 10_240, "max_tokens_name": "max_tokens"}},
-    ("physassist", "grader"): {"gpt-5-mini": {"max_tokens": 4000, "reasoning_effort": "minimal"},
-                               "gemini-2.5-flash": {T: 0.1, "max_tokens": 4000, "max_tokens_name": "max_tokens"}},
-    ("physassist", "user"): {"gpt-5-mini": {"max_tokens": 300},
-                             "gemini-2.5-flash": {T: 0.7, "max_tokens": 300, "max_tokens_name": "max_tokens"}},
-}
 
 
 def _bench(name: str):
@@ -91,25 +54,12 @@ def test_the_clients_send_exactly_the_tables_parameters(server, monkeypatch, mod
     cfg["base_url"] = server.url if gemini else server.url + "/v1"
     monkeypatch.setenv("GEMINI_API_KEY" if gemini else "OPENAI_API_KEY", "test-key")
     client = build_model(cfg)
-    for (name, role), expected in EXPECTED.items():
+    for (name, role), params in EXPECTED.items():
         server.push(Reply(text="ok"))
-        asyncio.run(client.complete(ChatRequest([Message("user", "q")], **Sampling(**expected[model]).request(7))))
-        body = server.requests[-1].body
-        e = expected[model]
-        if gemini:
-            config = body.get("generationConfig", {})
-            thinking = config.get("thinkingConfig", {})
-            sent = {T: config.get(T), "top_p": config.get("topP"), "seed": config.get("seed"),
-                    "max_tokens": config.get("maxOutputTokens"),
-                    "thinking_budget": thinking.get("thinkingBudget", thinking.get("thinking_budget"))}
-            assert sent == {k: e.get(k) for k in sent}, (name, role)
-        else:
-            name_of_limit = "max_completion_tokens"                    # a reasoning model takes no other
-            sent = {k: body.get(k) for k in (T, "top_p", "presence_penalty", "seed", "reasoning_effort",
-                                             "max_tokens", "max_completion_tokens")}
-            assert sent == {T: None, "top_p": None, "presence_penalty": None, "seed": e.get("seed"),
-                            "reasoning_effort": e.get("reasoning_effort"), "max_tokens": None,
-                            name_of_limit: e.get("max_tokens")}, (name, role)
+        sampling = Sampling(**params[model])
+        asyncio.run(client.complete(ChatRequest([Message("user", "q")], **sampling.request(7))))
+        seen = server.requests[-1]
+        assert sent(seen.path, seen.body) == expected(seen.path, seen.body, sampling, CONFS[model]), (name, role)
 
 
 def test_a_run_may_override_a_roles_parameter_only_as_a_recorded_departure():

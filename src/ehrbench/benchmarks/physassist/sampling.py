@@ -22,7 +22,8 @@ TABLE = SamplingTable((
     Rule(("agent",), "gpt-5", {"reasoning_effort": "minimal"},
          "gpt-5, gpt-5-mini, gpt-5.1: the Responses API, `reasoning.effort=minimal`, 1,024 `max_output_tokens`"),
     Rule(("grader",), "any", {"temperature": 0.1, "max_tokens": 4000, "max_tokens_name": "max_tokens"},
-         "the judges (`judge_llm_call`): the rubric judge at 0.1 (the IIRS judge at 0), 4,000 tokens"),
+         "the judges (`judge_llm_call`): the rubric judge at 0.1 (the IIRS judge at 0), 4,000 tokens (the "
+         "write-turn judge, `eval_discharge_planning.py`: 2,000)"),
     Rule(("grader",), "deepseek", {"extra_body": {"thinking": {"type": "disabled"}}},
          "the DeepSeek fallback judge: `{\"thinking\": {\"type\": \"disabled\"}}`"),
     Rule(("grader",), "no-sampling", {"temperature": None, "max_tokens_name": "max_completion_tokens"},
