@@ -493,10 +493,7 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
     judge `gemini-2.5-flash` (the google-genai client); one unreadable verdict drops its turn from the scores."""
     from .fake_llm_server import FakeLLMServer, Reply
 
-    def asks_patient(t):
-        return any(a["name"].startswith("patient.") for a in t.gold_actions)
-
-    session = next(s for s in small["sessions"] if any(map(asks_patient, s.turns)) and "WU" in [t.kind for t in s.turns])
+    session = next(s for s in small["sessions"] if "patient" in [t.tool_source for t in s.turns])
 
     def interviews(turn):
         return any(a["name"].startswith("patient.") for a in turn.gold_actions)
@@ -590,7 +587,8 @@ def test_each_role_is_sent_its_originals_parameters_by_gpt_5_mini_and_gemini_2_5
     def asks_patient(t):
         return any(a["name"].startswith("patient.") for a in t.gold_actions)
 
-    session = next(s for s in small["sessions"] if any(map(asks_patient, s.turns)) and "WU" in [t.kind for t in s.turns])
+    session = next(s for s in small["sessions"]
+                   if any(map(asks_patient, s.turns)) and "WU" in [t.kind for t in s.turns])
     entry = next(json.loads(line) for line in (small["tasks"] / f"{session.scenario}.jsonl").read_text().splitlines()
                  if json.loads(line)["id"] == session.key)
     one = tmp_path / "tasks"
