@@ -137,6 +137,11 @@ class FakeLLMServer:
                 gemini = ":generateContent" in self.path
                 if self.path.endswith("/embeddings") or ":batchEmbedContents" in self.path:
                     status, payload = server._render_embeddings(reply, self.path, body)
+                elif gemini and (counts := FakeLLMServer._unanswered_calls(body)):
+                    status, payload = 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message":
+                                                      "Please ensure that the number of function response parts is "
+                                                      f"equal to the number of function call parts of the function "
+                                                      f"call turn ({counts})."}}
                 elif gemini and server.require_signatures and server._unsigned_call(body):
                     status, payload = 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message":
                                                       "Function call is missing a thought_signature in functionCall "
@@ -189,6 +194,19 @@ class FakeLLMServer:
             "functionCall" in part and part.get("thoughtSignature") not in self.issued_signatures
             for content in body.get("contents", []) if content.get("role") == "model"
             for part in content.get("parts", []))
+
+    @staticmethod
+    def _unanswered_calls(body: dict) -> str | None:
+        """As Gemini: a model turn's functionCall parts must each be answered by a functionResponse part of the
+        turn after it; the counts, where they differ."""
+        contents = body.get("contents", [])
+        for turn, after in zip(contents, contents[1:]):
+            calls = sum("functionCall" in part or "function_call" in part for part in turn.get("parts", [])) \
+                if turn.get("role") == "model" else 0       # proto JSON: either spelling (litellm sends snake_case)
+            answers = sum("functionResponse" in part or "function_response" in part for part in after.get("parts", []))
+            if calls and calls != answers:
+                return f"{calls} calls, {answers} responses"
+        return None
 
     @staticmethod
     def _calls(reply: Reply) -> list[tuple[str, dict]]:

@@ -237,8 +237,8 @@ def test_the_command_refuses_before_anything_and_leaves_a_finished_run_untouched
     finished = client.create_run(client.create_experiment("ehrchatqa")).info.run_id
     client.log_metric(finished, "SR-5", 42.0)
     client.set_terminated(finished, "FINISHED")
-    common = [f"data.mimic_iv_star.path={own}", f"tracking.root={store}", f"data.root={tmp_path / 'gen'}",
-              f"data.index_cache={tmp_path / 'vi'}", f"hydra.run.dir={tmp_path / 'out'}"]
+    common = ["user=scripted", f"data.mimic_iv_star.path={own}", f"tracking.root={store}",
+              f"data.root={tmp_path / 'gen'}", f"data.index_cache={tmp_path / 'vi'}", f"hydra.run.dir={tmp_path / 'out'}"]
     out = _run(["model=gpt-4o", *common], RAY_ADDRESS="127.0.0.1:9")     # a cluster it would fail to join
     assert out.returncode == 2, out.stderr[-2000:]
     message = out.stderr.split("ehrbench: ", 1)[1]

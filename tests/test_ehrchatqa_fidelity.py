@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ehrbench.agents.tool_calling import ORIGINAL, ToolCallingAgent
+from ehrbench.agents.tool_calling import EHRBENCH, ORIGINAL, ToolCallingAgent
 from ehrbench.benchmarks.ehrchatqa.benchmark import EhrChatQA
 from ehrbench.benchmarks.ehrchatqa.tasks import Task
 from ehrbench.benchmarks.ehrchatqa.tools import ToolSuite
@@ -24,7 +24,7 @@ from ehrbench.llm.base import ChatResponse, split_reasoning
 from ehrbench.llm.openai_compatible import OpenAICompatibleModel
 from ehrbench.llm.usage import MeteredModel, UsageMeter
 from ehrbench.runtime.checkpoint import TrialStore
-from ehrbench.trial import Limits, TrialRecord, Turn, run_trial
+from ehrbench.trial import Limits, Message, TrialRecord, Turn, run_trial
 
 from .conftest import EHRCHATQA_OPTIONS, FAST
 from .fake_llm_server import Reply
@@ -162,6 +162,27 @@ def test_a_failed_agent_turn_goes_on_as_the_original_s_get_action(case, server, 
             case["validator"] == "llm")
 
 
+def test_a_finished_reply_with_neither_text_nor_a_call_is_validated_only_where_the_original_validates(server,
+                                                                                                   monkeypatch):
+    """finish "stop", content null, no call: the original keeps `content: None`, which its validator skips; under
+    `contract=ehrbench` it is an empty reply, judged."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    for policy, content, judged in ((ORIGINAL, None, False), (EHRBENCH, "", True)):
+        server.push(Reply(text=None))
+        agent = ToolCallingAgent(MeteredModel(OpenAICompatibleModel("gpt-4o", base_url=server.url + "/v1",
+                                                                    retry=FAST), "agent", UsageMeter()),
+                                 "sys", [], policy=policy)
+
+        async def score(record):
+            return 1.0
+        record = run(run_trial("k", 0, agent, Asker(), OneTable(), score, Limits(max_steps=1, time_limit_s=5)))
+        assert next(m for m in record.messages if m["role"] == "assistant")["content"] == content
+        Counting.calls = 0
+        verdict = run(SimulationValidator(Counting(), "sys", max_steps=30).judge(
+            "p", dataclasses.replace(record, termination="user_stop")))
+        assert ("skipped" in verdict) != judged and Counting.calls == int(judged)
+
+
 # --- metrics and resume (item 3) -----------------------------------------------------------------------------------
 def _task(key: str) -> Task:
     return Task(key, "incre", "mimic_iv_star", "q", "SELECT 1", [[1]])
@@ -184,10 +205,11 @@ def test_metrics_are_metric_py_s_or_withheld_where_it_refuses_and_a_resume_rerun
     short = any(sum(r is not None for r in rs) < k for rs in case["rewards_by_task"].values())
     assert bool(report.withheld) == short
     if "original_raises" in case:
-        assert report.withheld and f"SR-{k}" not in report.metrics and f"partial/SR-{k}" in report.metrics
+        assert report.withheld and f"incre/SR-{k}" not in report.metrics and f"partial/incre/SR-{k}" in report.metrics
         assert report.text.startswith("PARTIAL RESULTS") and not report.headline
     elif not short:
         got = report.metrics
+        got = {name: got[f"incre/{name}"] for name in (f"SR-{k}", f"Pass_at_{k}", f"Pass_hat_{k}")}  # the paper's
         assert (round(got[f"SR-{k}"], 1), round(got[f"Pass_at_{k}"], 1), round(got[f"Pass_hat_{k}"], 1)) == \
             (case["original"]["SR"], case["original"]["Pass@k"], case["original"]["Pass^k"])
     wanted = {(t.key, i) for t in tasks for i in range(k)}
@@ -200,7 +222,7 @@ def test_under_the_ehrbench_contract_partial_results_are_reported_over_complete_
     records = [TrialRecord(tasks[0].key, i, "user_stop", 1.0) for i in range(3)] + \
         [TrialRecord(tasks[1].key, 0, "rejected_by_validator", None)]
     report = EhrChatQA({**EHRCHATQA_OPTIONS, "contract": "ehrbench"}).report(records, tasks, 3, tmp_path)
-    assert not report.withheld and report.metrics["SR-3"] == 100.0 and report.metrics["incomplete"] == 1
+    assert not report.withheld and report.metrics["all_flows/SR-3"] == 100.0 and report.metrics["incomplete"] == 1
 
 
 # --- sql_execute (items 7, 8) --------------------------------------------------------------------------------------
@@ -358,14 +380,15 @@ def test_mutants_score_what_the_rules_give_on_paper(name, dbs, tmp_path):
     report = bench.report(records, tasks, k, tmp_path)
     rewards = {t.key: [expected(t, i) for i in range(k)] for t in tasks}
     if any(r is None for rs in rewards.values() for r in rs):
-        assert report.withheld and not report.headline and f"SR-{k}" not in report.metrics
+        assert report.withheld and not report.headline and f"all_flows/SR-{k}" not in report.metrics
         return
     c = {key: sum(rs) for key, rs in rewards.items()}
     sr = 100 * sum(c[key] / k for key in c) / len(c)
     hat = 100 * sum(comb(int(c[key]), k) / comb(k, k) for key in c) / len(c)
     at = 100 * sum(1 - comb(k - int(c[key]), k) / comb(k, k) for key in c) / len(c)
     got = report.metrics
-    assert (got[f"SR-{k}"], got[f"Pass_hat_{k}"], got[f"Pass_at_{k}"]) == pytest.approx((sr, hat, at))
+    assert (got[f"all_flows/SR-{k}"], got[f"all_flows/Pass_hat_{k}"], got[f"all_flows/Pass_at_{k}"]) == \
+        pytest.approx((sr, hat, at))
 
 
 def test_the_reference_answers_from_what_sql_execute_returned_not_from_the_gold(dbs):
@@ -411,3 +434,133 @@ def test_the_originals_cost_figure_leaves_out_the_attempts_it_does_not_score():
     assert original_costs([rejected, scored]) == {"cost_usd_original/agent": 2.0, "cost_usd_original/user": 0.5,
                                                   "cost_usd_original/eval": 0.5, "cost_usd_original/all": 3.0}
     assert usage_metrics([rejected, scored])["cost_usd/all"] == 4.6
+
+
+# --- calls written as text (N2): the original's Gemini and Llama parsers -------------------------------------------
+WRITTEN = [   # (the agent's model, what it wrote, the call read (name, arguments) or None, the reply's text)
+    ("gemini-2.5-flash", 'Let me look.\n```tool_call\nprint(default_api.column_search(table_names="demographics, '
+     'hospitaladmissions"))\n```', ("column_search", {"table_names": "demographics, hospitaladmissions"}),
+     "Let me look."),
+    ("gemini-2.0-flash", '```tool_call\nsql_execute(query="SELECT name FROM t WHERE x = 1")\n```',
+     ("sql_execute", {"query": "SELECT name FROM t WHERE x = 1"}), None),          # paren-free SQL: whole
+    ("gemini-2.0-flash", '```tool_call\nsql_execute(query="SELECT COUNT(*) FROM t")\n```',
+     ("sql_execute", {}), None),                         # the arguments end at the first ")": none read
+    ("gemini-2.5-flash", '```tool_code\nvalue_similarity_search(table="lab", column="lab_name", value="gluc", k=3)'
+     '\n```', None, '```tool_code\nvalue_similarity_search(table="lab", column="lab_name", value="gluc", k=3)\n```'),
+    ("gemini-2.5-flash", 'Sure.\n```tool_call\nvalue_substring_search(table="lab", column="lab_name", value="gl", '
+     'k="5")\n```', ("value_substring_search", {"table": "lab", "column": "lab_name", "value": "gl", "k": "5"}),
+     "Sure."),                                            # every value a string
+    ("llama-3.3-70b-instruct", 'I will query.\n```json\n{"name": "sql_execute", "parameters": {"query": '
+     '"SELECT 1"}}\n```', ("sql_execute", {"query": "SELECT 1"}), "I will query."),
+    ("llama-3.3-70b-instruct", '```json\n{"name": "table_search", "parameters": "{\\"tool_input\\": \\"\\"}"}\n```',
+     ("table_search", {"tool_input": ""}), ""),           # parameters as a JSON string
+    ("llama-3.3-70b-instruct", 'Here:\n```json\n{"answer": oops}\n```', None,
+     'Here:\n```json\n{"answer": oops}\n```'),            # not JSON: the reply is text
+    ("gpt-4o", '```tool_call\nsql_execute(query="SELECT 1")\n```', None,
+     '```tool_call\nsql_execute(query="SELECT 1")\n```'),  # only Gemini's and Llama's are read
+]
+
+
+@pytest.mark.parametrize("model, written, call, text", WRITTEN, ids=lambda v: str(v)[:30])
+def test_calls_written_as_text_are_read_as_the_original_reads_them(model, written, call, text):
+    from ehrbench.benchmarks.ehrchatqa.text_calls import text_call_reader
+
+    read = text_call_reader(model)
+    parsed = read(written) if read else None
+    if parsed is None:
+        assert call is None and text == written
+        return
+    got_text, calls = parsed
+    assert got_text == text and [(c.name, c.arguments) for c in calls[:1]] == ([call] if call else [])
+
+
+@pytest.mark.parametrize("written", ['```tool_call\n"no call here"\n```',
+                                     '```json\n{"name": "sql_execute"}\n```', '```json\n{"parameters": {}}\n```',
+                                     '```json\n{"name": "x", "parameters": [1]}\n```'])
+def test_a_written_call_the_original_cannot_read_raises_and_is_asked_again(written):
+    from ehrbench.benchmarks.ehrchatqa.text_calls import text_call_reader
+
+    with pytest.raises(ValueError):
+        text_call_reader("gemini-2.5-flash" if "tool_call" in written else "llama-3.3-70b")(written)
+
+
+def test_a_gemini_agents_written_call_runs_and_goes_back_as_a_call(server, monkeypatch):
+    """Through the real google-genai client: the written call runs as the agent's call (the user never sees it),
+    the text before it is kept beside the call, and the next request carries a functionCall part, not the text;
+    under `contract=ehrbench` the same reply is a message to the user."""
+    from ehrbench.llm.gemini import GeminiModel
+
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test-key")
+    written = WRITTEN[0][1]
+    for contract, runs in (("original", True), ("ehrbench", False)):
+        bench = EhrChatQA({**EHRCHATQA_OPTIONS, "contract": contract})
+        server.push(Reply(text=written), Reply(text="Done."))
+        agent = ToolCallingAgent(MeteredModel(GeminiModel("gemini-2.5-flash", base_url=server.url, retry=FAST),
+                                              "agent", UsageMeter()), "sys", [],
+                                 read_text_calls=bench.text_calls({"model": "gemini-2.5-flash"}))
+        first = run(agent.act([Message("user", "Which tables hold admissions?")]))
+        if runs:
+            assert (first.content, first.tool_call.name, first.tool_call.arguments) == \
+                ("Let me look.", "column_search", {"table_names": "demographics, hospitaladmissions"})
+            run(agent.act([Message("user", "Which tables?"), first,
+                           Message("tool", "[...]", tool_call_id=first.tool_call.id)]))
+            parts = server.requests[-1].body["contents"][1]["parts"]
+            assert parts == [{"text": "Let me look."}, {"functionCall": {
+                "name": "column_search", "args": {"table_names": "demographics, hospitaladmissions"}}}]
+        else:
+            assert first.tool_call is None and first.content == written
+            server.requests.clear()
+            server.script.clear()
+
+
+LITELLM_GEMINI_USER = json.loads((Path(__file__).parent / "fixtures" /
+                                  "ehrchatqa_litellm_gemini_user.json").read_text())
+
+
+@pytest.mark.parametrize("case", sorted(LITELLM_GEMINI_USER["cases"]))
+def test_a_gemini_user_is_sent_the_agents_empty_reply_as_the_originals_litellm_sends_it(case, server, monkeypatch):
+    """An agent reply with no text (an overflow, a cut-off, a blocked or an empty turn) reaches a Gemini user as
+    litellm sends it for the original (recorded: the empty message dropped, the request ending on the user's own
+    turn); a reply with text as a user turn."""
+    from ehrbench.llm.base import ChatRequest
+    from ehrbench.llm.gemini import GeminiModel
+
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test-key")
+    recorded = LITELLM_GEMINI_USER["cases"][case]
+    system, *conversation = recorded["messages"]
+    server.push(Reply(text="ok"))
+    run(GeminiModel("gemini-2.0-flash", base_url=server.url, retry=FAST).complete(ChatRequest(
+        [Message(m["role"], m["content"]) for m in conversation], system=system["content"], temperature=1.0)))
+    body = server.requests[-1].body
+    assert body["contents"] == recorded["sent_contents"]
+    assert body["systemInstruction"]["parts"] == recorded["sent_system"]["parts"]
+
+
+def test_a_model_run_departs_where_its_user_validator_embedder_or_web_search_is_not_the_papers():
+    """user=auto's choice for a model (the paper's user and validator) departs in nothing but the web search and
+    the offline embedder; the scripted user with a model departs and names its figures apart; the reference
+    agent's scripted user is the self-check, not a departure."""
+    from ehrbench.benchmark import TrialSettings
+    from ehrbench.reports import Report
+
+    bench = EhrChatQA(dict(EHRCHATQA_OPTIONS))
+    papers = TrialSettings(agent="tool_calling", user="llm", user_model={"model": "gemini-2.0-flash"},
+                           validator_model={"model": "gemini-2.5-flash"})
+    openai = {"provider": "openai", "model": None}
+    assert [d.split(" ")[0] for d in bench.run_departures(papers, openai)] == ["web_search=vocabulary"]
+    assert [d.split(" ")[0] for d in bench.run_departures(papers, {"provider": "local"})] == \
+        ["data.embedder.provider=local", "web_search=vocabulary"]
+    assert bench.figures_prefix(papers) == ""
+    departs = dataclasses.replace(papers, user_model={"model": "gpt-4o"}, user_strategy="plain", user_temperature=0.7,
+                                  validator_model=None)
+    assert [d.split(" ")[0] for d in bench.run_departures(departs, openai)] == \
+        ["user", "user.strategy=plain", "user.temperature=0.7", "validator=none", "web_search=vocabulary"]
+    scripted = TrialSettings(agent="tool_calling", user="scripted")
+    assert bench.run_departures(scripted, openai)[0].startswith("user=scripted with a model-backed agent")
+    assert bench.figures_prefix(scripted) == "scripted_user/"
+    assert bench.figures_prefix(TrialSettings(agent="reference", user="scripted")) == ""
+    assert bench.recorded_contract(scripted, openai)[1][0].startswith("user=scripted")
+    renamed = Report("t", {"incre/SR-5": 50.0}, {"incre SR-5": 50.0}, {"all/curve/Pass_hat_k": [1.0]}).renamed(
+        "scripted_user/")
+    assert (renamed.metrics, renamed.headline, list(renamed.curves)) == (
+        {"scripted_user/incre/SR-5": 50.0}, {"scripted_user/incre SR-5": 50.0}, ["scripted_user/all/curve/Pass_hat_k"])

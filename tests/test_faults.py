@@ -85,7 +85,7 @@ def test_sigterm_then_killed_actors_mid_rerun_cost_retries_never_a_trial(ray_clu
     assert len(finished) == len(set(finished)) == 4 * 6 * 2           # every trial exactly once, none lost
     [again] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
-    assert again.data.metrics["SR-2"] == 100.0 and again.data.metrics["incomplete"] == 0
+    assert again.data.metrics["all_flows/SR-2"] == 100.0 and again.data.metrics["incomplete"] == 0
     assert again.data.metrics["trials_valid"] == 4 * 6 * 2
     infra = sum(1 for r in records if r["termination"].startswith("infra_error"))
     assert again.data.metrics["trial_resubmissions"] == infra          # each broken attempt ran again

@@ -20,12 +20,14 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path, shared_
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "│ all                 │     8 │ 100.0 │  100.0 │  100.0 │   0.0 │          0 │" in out.stdout
+    assert "│ all_flows           │     8 │ 100.0 │  100.0 │  100.0 │   0.0 │          0 │" in out.stdout
 
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
     m = run.data.metrics
-    assert m["SR-3"] == 100.0 and m["Pass_at_3"] == 100.0 and m["Pass_hat_3"] == 100.0 and m["Gap-3"] == 0.0
+    assert m["all_flows/SR-3"] == 100.0 and m["all_flows/Pass_at_3"] == 100.0 and m["all_flows/Gap-3"] == 0.0
+    assert "SR-3" not in m                 # the pooled figure is ehrbench's, never under the paper's bare names
+    assert m["incre/SR-3"] == m["adapt/Pass_hat_3"] == 100.0                   # the paper's, per flow
     assert m["trials_valid"] == 24 and m["mimic_iv_star/adapt/SR-3"] == 100.0
     assert m["category/adapt_ brand-generic name resolution/SR"] == 100.0
     history = mlflow.MlflowClient().get_metric_history(run.info.run_id, "all/curve/Pass_hat_k")
@@ -48,8 +50,8 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path, shared_
     assert {"results_table.txt", "records.jsonl", "per_task.csv", "pass_k_curve.png", "categories.png",
             "tasks.jsonl", "task_scores.json"} <= artifacts
     scores = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/task_scores.json"))
-    assert scores["metric"] == "SR-3" and len(scores["scores"]) == 8      # what the leaderboard's interval resamples
-    assert sum(scores["scores"].values()) / 8 == m["SR-3"]
+    assert scores["metric"] == "all_flows/SR-3" and len(scores["scores"]) == 8      # what the leaderboard's interval resamples
+    assert sum(scores["scores"].values()) / 8 == m["all_flows/SR-3"]
     # the run's inputs: the task set as a dataset, the prompts in the registry, a description with the scores
     from ehrbench.benchmarks.ehrchatqa.tasks import load_task_dir
     from ehrbench.runtime.checkpoint import task_digest
@@ -67,7 +69,7 @@ def test_main_job_reaches_100_and_lands_in_mlflow(ray_cluster, tmp_path, shared_
     assert "{user_instruction}" in prompt.template or "{{user_instruction}}" in prompt.template
     note = run.data.tags["mlflow.note.content"]
     assert note.startswith("ehrchatqa: agent reference with model scripted, user scripted; 8 tasks x 3 trials.")
-    assert "SR-3 100.0" in note and "adapt SR-3 100.0" in note
+    assert "incre SR-3 100.0" in note and "adapt Pass^3 100.0" in note and "all_flows/SR-3 100.0" in note
     # where its data may go: the synthetic world, the reference agent calling no model, the offline embedder
     assert note.endswith(" Data: mimic_iv_star synthetic, eicu_star synthetic; models: embedder local.")
     assert {k: v for k, v in run.data.params.items() if k.startswith(("data_use.", "data_handling."))} == {
@@ -124,10 +126,20 @@ def test_real_model_run_without_a_key_stops_at_start_naming_the_variable(tmp_pat
                           f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == "ehrbench: model gemini-2.5-flash: set GEMINI_API_KEY (or GOOGLE_API_KEY)"
+    # the agent's key set, the paper's user (user=auto) without its key: the variable and the user= choices named
+    out = subprocess.run([sys.executable, "-m", "ehrbench", "model=gpt-4o", f"hydra.run.dir={tmp_path}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env={**env, "OPENAI_API_KEY": "sk-test"})
+    assert out.returncode == 2
+    message = out.stderr.strip().splitlines()[-1]
+    assert message.startswith("ehrbench: model gemini-2.0-flash: set GEMINI_API_KEY (or GOOGLE_API_KEY) (the "
+                              "simulated user's model"), message
+    assert "user=<gemini-2.0-flash|scripted>" in message and "user=scripted is a departure" in message
 
 
 def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path, shared_world):
-    """One trial through Ray with the real clients against the fake server; usage and cost land in MLflow."""
+    """`model=gpt-4o` and nothing else about users: the paper's user (gemini-2.0-flash at 1.0, reflection) and
+    validator (gemini-2.5-flash at 0), the paper's figures per flow. One trial through Ray with the real clients
+    against the fake server; usage and cost land in MLflow."""
     import json
 
     from ehrbench.benchmarks.ehrchatqa.tasks import load_tasks
@@ -150,7 +162,7 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path, 
         store = mlflow_store(tmp_path / "mlruns")
         cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]",
                "limit_tasks=1", "trials=1", "data.dictionary=used", "runtime.max_in_flight=1",
-               "model=gpt-4o", f"model.base_url={server.url}/v1", "user=gemini-2.0-flash",
+               "model=gpt-4o", f"model.base_url={server.url}/v1",         # user=auto: the paper's user
                f"+user.model.base_url={server.url}", f"+validator.model.base_url={server.url}",
                f"data.root={shared_world / 'gen'}", f"data.index_cache={shared_world / 'vi'}",
                f"tracking.root={store}", f"runtime.address={ray_cluster.address}",
@@ -162,7 +174,17 @@ def test_llm_run_logs_usage_and_cost_per_role_and_no_key(ray_cluster, tmp_path, 
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
     m = run.data.metrics
-    assert m["SR-1"] == 100.0 and m["trials_valid"] == 1 and m["trials_rejected_by_validator"] == 0
+    assert m["incre/SR-1"] == m["incre/Pass_hat_1"] == 100.0 and m["trials_valid"] == 1     # the paper's, per flow
+    assert m["trials_rejected_by_validator"] == 0 and "SR-1" not in m and "incre/SR-1" in m
+    assert run.data.params["user.name"] == "gemini-2.0-flash" and run.data.params["user.strategy"] == "reflection"
+    assert "user" not in run.data.tags["ehrbench.departures"] and "validator" not in run.data.tags["ehrbench.departures"]
+    from .fake_llm_server import _model_of
+    from .twins.ehrchatqa import role_of
+    from .wire import sent
+
+    assert {(role_of(s.path, s.body), _model_of(s.path, s.body), sent(s.path, s.body)["temperature"])
+            for s in server.requests} == {("agent", "gpt-4o", 0.0), ("user", "gemini-2.0-flash", 1.0),
+                                          ("verifier", "gemini-2.0-flash", 0.0), ("validator", "gemini-2.5-flash", 0.0)}
     assert (m["calls/agent"], m["calls/user"], m["calls/verifier"], m["calls/validator"]) == (4, 4, 3, 1)
     assert m["input_tokens/agent"] == 40 and m["cost_usd/agent"] == pytest.approx((40 * 2.5 + 20 * 10.0) / 1e6)
     assert m["cost_usd/all"] > m["cost_usd/agent"]
@@ -244,7 +266,7 @@ def test_reruns_resume_without_repeating_and_mistyped_or_smaller_ones_never_touc
     assert len(keys) == len(set(keys)) == 4 * 2 * 2          # 4 db/flow pairs x 2 tasks x 2 trials, each once
     run = the_run()
     assert run.info.run_id == first.info.run_id and run.data.tags["ehrbench.resumed"] == "true"
-    assert run.data.metrics["trials_valid"] == 16 and run.data.metrics["SR-2"] == 100.0
+    assert run.data.metrics["trials_valid"] == 16 and run.data.metrics["all_flows/SR-2"] == 100.0
     assert run.data.metrics["tasks"] == 8 and run.info.status == "FINISHED"
     prompt = mlflow.MlflowClient().load_prompt("prompts:/ehrchatqa.user_system@latest")
     assert prompt.version == 1                       # registered once: an unchanged template is not a new version
@@ -254,8 +276,8 @@ def test_reruns_resume_without_repeating_and_mistyped_or_smaller_ones_never_touc
     assert len((folder / "records.jsonl").read_text().splitlines()) == len(lines)
     after = the_run()
     assert after.info.run_id == first.info.run_id and after.info.status == "FINISHED"
-    assert {k: after.data.metrics[k] for k in ("trials_valid", "SR-2", "tasks", "Pass_hat_2")} == \
-        {k: run.data.metrics[k] for k in ("trials_valid", "SR-2", "tasks", "Pass_hat_2")}
+    assert {k: after.data.metrics[k] for k in ("trials_valid", "all_flows/SR-2", "tasks", "all_flows/Pass_hat_2")} == \
+        {k: run.data.metrics[k] for k in ("trials_valid", "all_flows/SR-2", "tasks", "all_flows/Pass_hat_2")}
 
 
 def test_checkpoint_ignores_a_torn_last_line(tmp_path):
@@ -308,10 +330,10 @@ def test_ray_job_submission_to_a_running_cluster(ray_cluster, tmp_path, shared_w
     assert "ehrbench-test-job' succeeded" in status.stdout + status.stderr
     logs = subprocess.run([ray_bin, "job", "logs", "--address", ray_cluster.dashboard, "ehrbench-test-job"],
                           capture_output=True, text=True, timeout=60).stdout
-    assert "│ all                 │     1 │ 100.0 │  100.0 │  100.0 │   0.0 │          0 │" in logs
+    assert "│ all_flows           │     1 │ 100.0 │  100.0 │  100.0 │   0.0 │          0 │" in logs
     mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")
-    assert run.data.metrics["SR-1"] == 100.0
+    assert run.data.metrics["all_flows/SR-1"] == 100.0
 
 
 def test_a_multirun_sweep_to_an_mlflow_server_gives_one_tagged_run_per_combination(ray_cluster, tmp_path,
@@ -353,7 +375,7 @@ def test_a_multirun_sweep_to_an_mlflow_server_gives_one_tagged_run_per_combinati
         assert sorted(r.data.params["benchmark.databases"] for r in runs) == ["['eicu_star']", "['mimic_iv_star']"]
         assert sorted(r.data.tags["ehrbench.sweep_job"] for r in runs) == ["0", "1"]
         for run in runs:
-            assert run.data.metrics["SR-2"] == 100.0 and run.data.params["tracking.name"] == "server"
+            assert run.data.metrics["all_flows/SR-2"] == 100.0 and run.data.params["tracking.name"] == "server"
             traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id,
                                           return_type="list")
             assert len(traces) == 2
@@ -388,6 +410,7 @@ def test_a_budget_stops_the_run_at_its_cap_keeping_every_finished_trial(ray_clus
             return subprocess.run(
                 [sys.executable, "-m", "ehrbench", "benchmark=ehrchatqa_mimic", "benchmark.flows=[incre]",
                  "limit_tasks=2", "trials=2", "data.dictionary=used", "runtime.max_in_flight=1", "model=gpt-4o",
+                 "user=scripted",
                  f"model.base_url={server.url}/v1", f"budget_usd={budget}", f"data.root={shared_world / 'gen'}",
                  f"data.index_cache={shared_world / 'vi'}", f"tracking.root={store}",
                  f"runtime.address={ray_cluster.address}", f"hydra.run.dir={tmp_path / 'out'}"],

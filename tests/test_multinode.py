@@ -113,7 +113,7 @@ def test_actors_land_on_their_roles_nodes_and_results_equal_the_single_node_run(
         assert head not in nodes                                           # the head runs none of them
     assert len(set(placed["trials"].values())) == 2                        # trial workers spread over w1 and w2
     assert run.data.tags["ehrbench.nodes"] == "3"
-    assert run.data.metrics["SR-2"] == 100.0
+    assert run.data.metrics["all_flows/SR-2"] == 100.0
     rewards = lambda path: sorted((r["task_key"], r["trial"], r["reward"], r["termination"])  # noqa: E731
                                   for r in _records(path) if r["termination"] == "user_stop")
     assert rewards(multi) == rewards(single) and len(rewards(multi)) == 2 * 3 * 4
@@ -171,7 +171,7 @@ def test_nodes_lost_mid_run_cost_retries_never_a_trial_and_their_actors_come_bac
     infra = [r for r in records if r["termination"].startswith("infra_error")]
     assert infra, "the lost nodes took no trial with them"
     run = _run_info(tmp_path)
-    assert run.data.metrics["SR-2"] == 100.0 and run.data.metrics["incomplete"] == 0
+    assert run.data.metrics["all_flows/SR-2"] == 100.0 and run.data.metrics["incomplete"] == 0
     assert run.data.metrics["trial_resubmissions"] == len(infra)           # each broken attempt ran again
 
     end = json.loads(Path(mlflow.artifacts.download_artifacts(
@@ -278,7 +278,7 @@ def test_the_driver_killed_then_the_mlflow_server_down_on_several_nodes_lose_not
         assert len(keys) == len(set(keys)) == total and set(failed) <= set(keys)    # no duplicate, no loss
         mlflow.set_tracking_uri(f"http://127.0.0.1:{port}")
         [run] = mlflow.search_runs(experiment_names=["ehrchatqa"], output_format="list")     # one run throughout
-        assert run.data.metrics["trials_valid"] == total and run.data.metrics["SR-2"] == 100.0
+        assert run.data.metrics["trials_valid"] == total and run.data.metrics["all_flows/SR-2"] == 100.0
         assert run.info.status == "FINISHED" and os.path.exists(tmp_path / "server.db")
         traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id,
                                       include_spans=False, return_type="list", max_results=1000)

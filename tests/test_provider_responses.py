@@ -71,6 +71,27 @@ def test_a_pause_holds_every_worker_of_the_cluster(ray_cluster):
 
 
 # --- 2. Gemini thought signatures ----------------------------------------------------------------------------------
+def test_gemini_parallel_calls_with_a_signature_go_back_as_one_call_with_its_one_response(server, monkeypatch):
+    """Two calls at once, the first signed: the agent runs the first, so the turn goes back with that call alone
+    (its signature kept), as many calls as responses, which Gemini requires (the fake refuses otherwise)."""
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test-key")
+    server.require_signatures = True
+    server.push(Reply(text="Two lookups.", calls=[{"tool": "sql_execute", "args": {"query": "SELECT 1"}},
+                                                  {"tool": "sql_execute", "args": {"query": "SELECT 2"}}],
+                      signature="c2lnbmF0dXJlLTI="), Reply(text="There is one."))
+    model = GeminiModel("gemini-2.5-flash", base_url=server.url, retry=FAST)
+    first = run(model.complete(ChatRequest(ASK, tools=TOOLS)))
+    call = first.tool_calls[0]
+    assert len(first.tool_calls) == 1 and call.arguments == {"query": "SELECT 1"}
+    history = ASK + [Message("assistant", first.text, tool_call=ToolCall(call.name, call.arguments, "c1"),
+                             provider_parts=first.provider_parts),
+                     Message("tool", "[(1,)]", tool_call_id="c1")]
+    assert run(model.complete(ChatRequest(history, tools=TOOLS))).text == "There is one."
+    turn = server.requests[-1].body["contents"][1]["parts"]
+    assert [("text" in p, p.get("functionCall", {}).get("args"), p.get("thoughtSignature")) for p in turn] == \
+        [(True, None, None), (False, {"query": "SELECT 1"}, "c2lnbmF0dXJlLTI=")]
+
+
 def test_gemini_thought_signatures_go_back_with_the_call(server, monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", "gemini-test-key")
     server.require_signatures = True

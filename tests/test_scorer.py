@@ -36,8 +36,8 @@ ADAPT_CASES = [
     ([["two hundred forty-seven"]], "<answer>two hundred and forty-seven</answer>", 1.0),
     ([["nineteen"]], "<answer>19</answer>", 1.0),
     ([[35]], "<answer>thirty-five</answer>", 1.0),                 # an answer that is exactly a number word
-    ([["twenty-one"]], "<answer>21</answer>", 1.0),                # generalised: any cardinal, not the table only
-    ([["one thousand and four"]], "<answer>1004</answer>", 1.0),   # generalised
+    ([["twenty-one"]], "<answer>21</answer>", 1.0),                # a gold word outside the table: also its digits
+    ([["one thousand and four"]], "<answer>1004</answer>", 1.0),   # (the original's files hold none)
     ([["thirty-five"]], "<answer>35 patients</answer>", 0.0),      # anything left over fails
     ([["thirty-five"]], "<answer>about thirty-five</answer>", 0.0),
     # trailing zeros and float golds
@@ -70,6 +70,24 @@ ADAPT_CASES = [
 @pytest.mark.parametrize("gold, message, expected", ADAPT_CASES)
 def test_adapt_reward_matches_the_original(gold, message, expected):
     assert adapt_reward([message], gold) == expected
+
+
+@pytest.mark.parametrize("gold, answer", [("two", "twenty"), ("two", "two hundred"), ("one", "one hundred"),
+                                          ("four", "forty"), ("five", "fifty"), ("six", "sixty")])
+def test_an_answer_word_outside_the_originals_table_stays_a_word_under_the_original_contract(gold, answer):
+    """The original maps only its table's words (base.py `numeric_to_words`): "twenty" stays a word, so gold "two"
+    fails; ehrbench's any-cardinal rule maps it to 20, which the trailing-zero strip then passes."""
+    message = f"<answer>{answer}</answer>"
+    assert adapt_reward([message], [[gold]]) == 0.0
+    assert adapt_reward([message], [[gold]], any_cardinal=True) == 1.0
+
+
+def test_a_gold_word_outside_the_table_passes_as_words_as_in_the_original_and_as_digits():
+    assert adapt_reward(["<answer>twelve days</answer>"], [["twelve"]]) == 1.0           # the original: words
+    assert adapt_reward(["<answer>12</answer>"], [["twelve"]]) == 1.0                    # and its digits
+    assert adapt_reward(["<answer>twelve-ish</answer>"], [["twelve"]]) == 0.0
+    assert adapt_reward(["<answer>one hundred four</answer>"], [["one hundred and four"]]) == 1.0
+    assert adapt_reward(["<answer>twenty</answer>"], [["twelve"]]) == 0.0
 
 
 def test_adapt_any_message_may_carry_the_answer():

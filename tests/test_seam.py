@@ -104,7 +104,7 @@ def test_the_main_job_runs_on_your_own_database_file_and_refuses_a_wrong_one(ray
     out = subprocess.run(base + [f"data.mimic_iv_star.path={own}"], cwd=ROOT, capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "│ all                 │     1 │ 100.0 │" in out.stdout
+    assert "│ all_flows           │     1 │ 100.0 │" in out.stdout
     assert not list((tmp_path / "gen").glob("*.sqlite"))                       # nothing was built: the file was used
     bad = _copy_without_column(db_paths["mimic_iv_star"], tmp_path / "bad.sqlite", "demographics", "gender")
     out = subprocess.run(base + [f"data.mimic_iv_star.path={bad}"], cwd=ROOT, capture_output=True, text=True,

@@ -37,6 +37,7 @@ def _command(store, ray_cluster, shared_world, tmp_path, url, clinsql_tasks):
     use) pointed at the fake server; ClinSQL on tasks written for the tests' small world, AgentEHR's trajectories cut
     to 4 steps on one task type (a text-only model never finishes one sooner)."""
     return [sys.executable, "-m", "ehrbench", "suite=quick", "models=[gpt-4o,o4-mini]", f"++model.base_url={url}",
+            "suite.benchmarks.ehrchatqa=['user=scripted']",       # no Gemini user here: a departure, named apart
             f"suite.benchmarks.clinsql=['benchmark.task_dir={clinsql_tasks}','data.scale=2','grader=gpt-5-chat',"
             f"'grader.model.base_url={url}']",
             f"suite.benchmarks.physassist=['grader=gpt-5-mini','grader.model.base_url={url}']",
@@ -93,7 +94,8 @@ def test_a_suite_of_five_benchmarks_and_two_models_runs_in_one_command_and_resum
     finally:
         server.stop()
     board = again.stdout[again.stdout.index("suite quick: leaderboard"):]
-    for column in ("ehrchatqa SR-2", "ehragent SR", "agentehr F1", "clinsql exec_score", "physassist mRS"):
+    for column in ("ehrchatqa scripted_user/all_flows/SR-2", "ehragent SR", "agentehr F1", "clinsql exec_score",
+                   "physassist mRS"):
         assert column in board, board[:3000]
     assert "gpt-4o" in board and "o4-mini" in board
     [parent] = mlflow.search_runs(experiment_names=["suite"], output_format="list")     # the same parent, resumed
@@ -114,11 +116,13 @@ def test_a_suite_of_five_benchmarks_and_two_models_runs_in_one_command_and_resum
         assert child.data.params["limit_tasks"] == "1"                 # the slice, recorded on the child
         assert child.data.metrics["calls/agent"] > 0                   # the model, not a reference, answered
     m = parent.data.metrics
-    for b, metric in (("ehrchatqa", "SR-2"), ("ehragent", "SR"), ("agentehr", "F1"), ("clinsql", "exec_score"),
+    for b, metric in (("ehrchatqa", "scripted_user/all_flows/SR-2"), ("ehragent", "SR"), ("agentehr", "F1"),
+                      ("clinsql", "exec_score"),
                       ("physassist", "mRS")):
         for model in ("gpt-4o", "o4-mini"):
             assert m[f"{b}/{model}/{metric}/low"] <= m[f"{b}/{model}/{metric}"] <= m[f"{b}/{model}/{metric}/high"]
-    assert m["clinsql/gpt-4o/exec_score"] == 100.0 and m["ehrchatqa/gpt-4o/SR-2"] == 0.0   # the fake judge passes
+    assert m["clinsql/gpt-4o/exec_score"] == 100.0                        # the fake judge passes
+    assert m["ehrchatqa/gpt-4o/scripted_user/all_flows/SR-2"] == 0.0
     # one set of hosted databases and indexes per world for the whole suite: every (kind, key) started once, though
     # ten children (two models, one after the other and side by side) used them
     instances: dict[str, set] = {}

@@ -15,12 +15,12 @@ import signal
 import sys
 import threading
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import hydra
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import benchmarks
 from .benchmark import Benchmark, Resources, TaskFileError, TrialSettings
@@ -56,6 +56,27 @@ def load_benchmark(conf: RunConfig) -> Benchmark:
     bench.check()
     check_overrides(conf.benchmark.get("sampling"), tuple(r for r in bench.model_roles if r != "embedder"))
     return bench
+
+
+def resolve_user(cfg: DictConfig) -> DictConfig:
+    """`user=auto` (the default): for a model-backed agent the benchmark's own simulated user
+    (`Benchmark.default_user`: EHR-ChatQA's is the paper's, gemini-2.0-flash with reflection, checked by the
+    validator), else the scripted user. Keys given beside it (`+user.model.base_url=...`) are kept. Resolved before
+    anything is logged, so the run's params name the user it ran with."""
+    if cfg.user.get("name") != "auto":
+        return cfg
+    bench = benchmarks.benchmark_class(cfg.benchmark.name, cfg.benchmark.get("entry"))
+    model_backed = cfg.model.provider != "scripted" and cfg.agent.name != "reference"
+    chosen = compose_choice("user", bench.default_user if model_backed and bench.default_user else "scripted")
+    given = {k: v for k, v in OmegaConf.to_container(cfg.user).items() if k not in ("name", "kind")}
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        cfg.user = OmegaConf.merge(OmegaConf.create(OmegaConf.to_container(chosen)), given)
+    return cfg
+
+
+def user_choices() -> list[str]:
+    return sorted(p.stem for p in Path(CONF_DIR, "user").glob("*.yaml") if p.stem != "auto")
 
 
 def trial_settings(cfg: DictConfig, conf: RunConfig, bench: Benchmark) -> TrialSettings:
@@ -123,8 +144,18 @@ def check_models(settings: TrialSettings) -> None:
     """Build every client once in the driver so a missing key stops the run before any work."""
     from .llm.registry import build_model
 
-    for cfg in settings.models().values():
-        build_model(cfg)
+    for field, cfg in settings.models().items():
+        try:
+            build_model(cfg)
+        except ConfigurationError as e:
+            if field not in ("user_model", "verifier_model", "validator_model"):
+                raise
+            role = field.removesuffix("_model")
+            raise ConfigurationError(
+                f"{e} (the simulated {role}'s model; the paper's setting runs it with a model-backed agent, "
+                f"user=auto). Set the variable, or choose user=<{'|'.join(user_choices())}> (user=scripted is a "
+                "departure: its figures carry the prefix scripted_user/)"
+                + (" or validator=none (a departure)" if role == "validator" else "")) from None
 
 
 def select_tasks(tasks: list, limit: int | None) -> list:
@@ -322,7 +353,7 @@ def description(bench: Benchmark, settings: TrialSettings, cfg: DictConfig, k: i
                 headline: dict[str, float], withheld: str | None = None, data: str = "") -> str:
     scores = f"withheld: {withheld}" if withheld else ", ".join(f"{name} {value:.1f}" for name, value in headline.items())
     user = settings.user if settings.user != "llm" else f"LLM user ({cfg.user.name})"
-    contract = bench.recorded_contract()
+    contract = bench.recorded_contract(settings, cfg.data.get("embedder"))
     kept = "" if contract is None else f" Contract: {contract[0]}" + (
         f", departing in {', '.join(contract[1])}." if contract[1] else ", the paper's headline setting.")
     return (f"{bench.name}: agent {settings.agent} with model {cfg.model.name}, user {user}; "
@@ -337,6 +368,8 @@ def log_results(tracker, bench: Benchmark, settings: TrialSettings, cfg: DictCon
     from .leaderboard import SCORES_ARTIFACT
 
     report = bench.report(records, tasks, k, reports)
+    if prefix := bench.figures_prefix(settings):        # not the paper's setting: never under the paper's names
+        report = report.renamed(prefix)
     metrics = {**report.metrics, **extra}
     tracker.log_metrics(metrics)
     for name, values in report.curves.items():
@@ -345,6 +378,8 @@ def log_results(tracker, bench: Benchmark, settings: TrialSettings, cfg: DictCon
         tracker.log_artifact(f)
     tracker.log_text(report.text, "results_table.txt")
     scores = bench.task_scores(records, tasks, k)
+    if prefix:
+        scores = replace(scores, metric=prefix + scores.metric)
     tracker.log_text(json.dumps(scores.to_json(), indent=1), SCORES_ARTIFACT)
     tracker.set_tags({"ehrbench.results": "partial" if report.withheld else "complete"})
     if report.withheld:
@@ -400,6 +435,7 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
     from .runtime.runner import node_count, placement, release, run_trials
 
     with SETUP_LOCK:           # a suite's children start one at a time (see SETUP_LOCK); their trials run together
+        cfg = resolve_user(cfg)
         params = OmegaConf.to_container(cfg, resolve=True)
         conf = validate(params, absolute=to_absolute_path)                               # 1. config, benchmark
         bench = load_benchmark(conf)
@@ -474,7 +510,7 @@ def evaluate(cfg: DictConfig, parent_run_id: str | None = None, overrides: list[
         where = placement(runtime)                # which node each actor landed on, by role
         tracker.log_text(json.dumps(where, indent=2), "placement.json")
         tracker.set_tags({"ehrbench.nodes": str(node_count(where))})
-        if (contract := bench.recorded_contract()) is not None:
+        if (contract := bench.recorded_contract(settings, conf.data.embedder)) is not None:
             tracker.set_tags({"ehrbench.contract": contract[0], "ehrbench.departures": "; ".join(contract[1])})
         stats = run_trials(tasks, conf.run.trials, runtime.workers, on_record,                   # 5. run, report
                            max_in_flight=conf.runtime.max_in_flight, max_attempts=conf.runtime.max_attempts,

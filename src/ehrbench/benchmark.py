@@ -221,6 +221,7 @@ class Benchmark:
     users: tuple[str, ...] = ("none",)         # `user=` choices ("none": single-turn)
     headline_metric: str = ""                  # the metric named in the run's description
     default_grader: str | None = None          # `grader=auto` for a model-backed agent: a conf/grader name
+    default_user: str | None = None            # `user=auto` for a model-backed agent: a conf/user name (else scripted)
     # the roles whose models its trials may call (`ROLE_MODELS`, and "embedder" when it hosts a value index): the
     # credentialed-data check (`data_use.py`) names them; one left out is still checked, under its settings field
     model_roles: tuple[str, ...] = (*ROLE_MODELS, "embedder")
@@ -310,11 +311,25 @@ class Benchmark:
 
         return (self.sampling_table or SamplingTable(())).params(role, model, self.options.get("sampling"))
 
-    def recorded_contract(self) -> tuple[str, list[str]] | None:
-        """`contract()` with the run's request-parameter overrides among its departures."""
+    def run_departures(self, settings: TrialSettings, embedder: dict | None = None) -> list[str]:
+        """What the run's choices outside `benchmark.*` change from the contract: its user, validator or embedder
+        (`data.embedder`); none by default."""
+        return []
+
+    def figures_prefix(self, settings: TrialSettings) -> str:
+        """What the run's figures are prefixed with when its setting is not the paper's (e.g. a scripted user for a
+        model), so they never pass under the paper's names; "" for the paper's setting."""
+        return ""
+
+    def recorded_contract(self, settings: TrialSettings | None = None,
+                          embedder: dict | None = None) -> tuple[str, list[str]] | None:
+        """`contract()` with the run's request-parameter overrides and, given its settings, its other choices
+        (`run_departures`) among its departures."""
         from .sampling import departures
 
         contract, extra = self.contract(), departures(self.options.get("sampling") or {})
+        if settings is not None:
+            extra = [*extra, *self.run_departures(settings, embedder)]
         if contract is None:
             return ("original", extra) if extra else None
         return contract[0], [*contract[1], *extra]

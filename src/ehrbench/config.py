@@ -205,7 +205,8 @@ class ValidatorOptions:
 @dataclass(frozen=True)
 class UserOptions:
     """`conf/user/*.yaml`: which kind of simulated user, and the scripted one's pacing."""
-    kind: str = field(default="scripted", metadata=rule(str, choices=("scripted", "llm", "none")))  # none: single-turn
+    # auto: resolved before the run (`__main__.resolve_user`); none: single-turn
+    kind: str = field(default="scripted", metadata=rule(str, choices=("auto", "scripted", "llm", "none")))
     latency_s: float = field(default=0.0, metadata=rule(float, low=0))     # the scripted user waits so long per reply
     temperature: float = field(default=1.0, metadata=rule(float, low=0))   # the LLM user's sampling
     strategy: str = field(default="reflection", metadata=rule(str, choices=("plain", "verify", "reflection")))

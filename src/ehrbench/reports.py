@@ -18,6 +18,14 @@ class Report:
     files: list[Path] = field(default_factory=list)
     withheld: str | None = None          # why the headline figures are withheld (the run is not complete yet)
 
+    def renamed(self, prefix: str) -> "Report":
+        """Every figure under `prefix` (a run whose setting is not the paper's: its figures keep names of their
+        own), the table's title saying so."""
+        return Report(f"{prefix} (not the paper's setting)\n{self.text}",
+                      {prefix + k: v for k, v in self.metrics.items()},
+                      {prefix + k: v for k, v in self.headline.items()},
+                      {prefix + k: v for k, v in self.curves.items()}, self.files, self.withheld)
+
 
 @dataclass(frozen=True)
 class TaskScores:

@@ -114,7 +114,8 @@ def rescore(ref: str, overrides: list[str], tracking_uri: str, ask_graders: bool
     records = TrialStore(records_file.parent).load()
     ask = frozenset({"grader"} if ask_graders else ())
 
-    base_cfg, cfg = compose(command["overrides"]), compose(command["overrides"] + overrides)
+    base_cfg, cfg = (main.resolve_user(compose(command["overrides"])),
+                     main.resolve_user(compose(command["overrides"] + overrides)))
     base_params = OmegaConf.to_container(base_cfg, resolve=True)
     params = OmegaConf.to_container(cfg, resolve=True)
     conf = main.validate(params)

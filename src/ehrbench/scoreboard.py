@@ -28,7 +28,10 @@ def group_rewards(records: list[TrialRecord], tasks: list) -> dict[str, dict[str
     return groups
 
 
-def pass_k_table(groups: dict[str, dict[str, list[float]]], k: int, title: str) -> tuple[str, dict[str, float]]:
+def pass_k_table(groups: dict[str, dict[str, list[float]]], k: int, title: str,
+                 pooled: str = "") -> tuple[str, dict[str, float]]:
+    """The table and metrics of every group; `pooled`, a prefix for the "all" group's figures where pooling every
+    group is not a figure of the paper (their counts, `tasks` and `incomplete`, keep their names)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -38,8 +41,12 @@ def pass_k_table(groups: dict[str, dict[str, list[float]]], k: int, title: str) 
     metrics: dict[str, float] = {}
     for g in sorted(groups, key=lambda g: (g != "all", g.count("/"), g)):
         s = summarize(groups[g], k)
-        metrics.update(s.as_dict(prefix=f"{g}/" if g != "all" else ""))
-        table.add_row(g, str(s.tasks), f"{s.sr:.1f}", f"{s.pass_at:.1f}", f"{s.pass_hat:.1f}", f"{s.gap:.1f}",
+        figures = s.as_dict(prefix=f"{g}/" if g != "all" else "")
+        if g == "all" and pooled:
+            figures = {(name if name in ("tasks", "incomplete") else pooled + name): v for name, v in figures.items()}
+        metrics.update(figures)
+        label = pooled.rstrip("/") if g == "all" and pooled else g
+        table.add_row(label, str(s.tasks), f"{s.sr:.1f}", f"{s.pass_at:.1f}", f"{s.pass_hat:.1f}", f"{s.gap:.1f}",
                       str(s.incomplete))
     console = Console(file=sys.stdout, width=110)
     with console.capture() as cap:

@@ -29,7 +29,9 @@ COMMON = ["benchmark=ehrchatqa", "benchmark.task_dir={task_dir}", "trials=1", "m
 OPENAI_USER = ["user=gemini-2.0-flash", "model@user.model=gpt-4o", "user.model.base_url={url}/v1",
                "model@validator.model=gpt-4o", "validator.model.base_url={url}/v1"]
 GEMINI_USER = ["user=gemini-2.0-flash", "+user.model.base_url={url}", "+validator.model.base_url={url}"]
-EHRBENCH_OVERRIDES = {"clean": COMMON + OPENAI_USER, "edge": COMMON + GEMINI_USER, "failures": COMMON + OPENAI_USER}
+GEMINI_AGENT = [o for o in COMMON if not o.startswith("model")] + ["model=gemini-2.5-flash", "+model.base_url={url}"]
+EHRBENCH_OVERRIDES = {"clean": COMMON + OPENAI_USER, "edge": COMMON + GEMINI_USER, "failures": COMMON + OPENAI_USER,
+                      "gemini": GEMINI_AGENT + GEMINI_USER}
 # the rows of docs/benchmarks/ehrchatqa.md's "Differences from the original" the twins see
 DIFFERENCES = [{"row": "value_substring_search lists its values in the order SQLite finds them; the original's "
                        "come out of a Python set, in an order that changes with the process's hash seed",
@@ -163,7 +165,25 @@ def failures(task: dict) -> dict[str, list[dict]]:
             "validator": [{"text": NO_ERROR}]}
 
 
-SCENARIOS = {"clean": clean, "edge": edge, "failures": failures}
+def gemini(task: dict) -> dict[str, list[dict]]:
+    """The agent on Gemini 2.5 Flash (litellm's Gemini route in the original, google-genai here), the user and the
+    validator on Gemini too: a call written as a ```tool_call block, two calls at once with a thought signature, a
+    written SQL call with parentheses (the original's parser reads no argument), a reply with neither text nor a
+    call (the user is sent the empty reply), the gold query and the answer."""
+    table = EXPLORE[task["db_id"]][0]
+    written = f'Let me look.\n```tool_call\nprint(default_api.column_search(table_names="{table}"))\n```'
+    counted = f'```tool_call\nsql_execute(query="SELECT COUNT(*) FROM {table}")\n```'
+    agent = [{"text": written},
+             {"calls": [call("table_search", tool_input=""), call("column_search", table_names=table)],
+              "signature": "dHdpbi1zaWduYXR1cmU="},
+             {"text": counted}, {"finish": "STOP"}, call("sql_execute", query=task["gold_sql"]),
+             {"text": answer(task)}, {"text": "Yes, I checked it again. " + answer(task)}]
+    return {"user": [{"text": opening(task)}, {"text": "Hello?"}, {"text": "Does that cover everything I asked for?"},
+                     {"text": "###END###"}],
+            "verifier": [{"text": "yes"}] * 3, "agent": agent, "validator": [{"text": NO_ERROR}]}
+
+
+SCENARIOS = {"clean": clean, "edge": edge, "failures": failures, "gemini": gemini}
 
 
 def script(scenario: str, tasks: list[dict]) -> dict[str, dict[str, list[dict]]]:

@@ -102,7 +102,8 @@ def normalise(path: str, body: dict) -> dict:
     """Everything a model could see or that changes its sampling, as one canonical dict: the same request from two
     clients gives the same dict. Dropped: call ids (numbered in order instead), `content: null` (as absent), `n: 1`
     (Gemini's `candidate_count: 1`),
-    `stream: false`, pydantic `title` keys in response schemas; JSON key order never matters."""
+    `stream: false`, pydantic `title` keys in response schemas; an OpenAPI type's case (Gemini reads `string` and
+    `STRING` alike); JSON key order never matters."""
     body = json.loads(json.dumps(body))
     if is_embedding(path):
         if ":batchEmbedContents" in path:
@@ -139,6 +140,10 @@ def normalise(path: str, body: dict) -> dict:
             for kind in ("functionCall", "functionResponse"):
                 if kind in part:
                     part[kind].pop("id", None)
+    for tool in body.get("tools") or []:         # Gemini's declarations: an OpenAPI Type, spelt either way
+        for declaration in tool.get("functionDeclarations") or []:
+            if isinstance(declaration.get("parameters"), dict):
+                declaration["parameters"] = _upper_types(declaration["parameters"])
     if isinstance(body.get("response_format"), dict):
         body["response_format"] = _drop_titles(body["response_format"])
     config = body.get("generationConfig") or {}

@@ -9,7 +9,8 @@ the model's turn goes wrong is the `FailurePolicy`:
   conversation over the model's context window becomes an empty reply, which the user answers and which then ends
   the conversation (`trial.CONTEXT_EXCEEDED`); an HTTP 200 with no choices is an empty reply (""); a turn cut off
   before saying anything or blocked by a filter is a reply with no text at all (None: the user reads "", and the
-  validator leaves the trial unjudged, "the agent generated an empty response"). Each seen in its twin run.
+  validator leaves the trial unjudged, "the agent generated an empty response"), and so is a finished reply with
+  neither text nor a call (the original keeps its `content: None`). Each seen in its twin run.
 - `EHRBENCH`: a malformed call is answered with an error observation (the agent gets a turn to correct it); an
   overflow, a cut-off or a blocked turn ends the trial as the agent's error, scored 0.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from ..llm.base import ChatRequest, ModelTurnError, Sampling, split_reasoning
 from ..llm.usage import MeteredModel
@@ -50,13 +52,23 @@ EHRBENCH = FailurePolicy()
 class ToolCallingAgent:
     def __init__(self, model: MeteredModel, system_prompt: str, tools: list[dict],
                  sampling: Sampling = Sampling(temperature=0.0), seed: int | None = None,
-                 policy: FailurePolicy = EHRBENCH, cut_reasoning: bool = False):
+                 policy: FailurePolicy = EHRBENCH, cut_reasoning: bool = False,
+                 read_text_calls: Callable[[str], tuple[str | None, list[ToolCall]] | None] | None = None):
         """`sampling`: what every request sends (the benchmark's table); `seed`: the trial's, where it asks for one;
-        `cut_reasoning`: keep only what follows the last `</think>` of a reply (`split_reasoning`)."""
+        `cut_reasoning`: keep only what follows the last `</think>` of a reply (`split_reasoning`);
+        `read_text_calls`: reads calls the model wrote as text (text -> (text, calls), None where it wrote none;
+        `ValueError` where it cannot: asked again, as a malformed call), replacing the reply's own."""
         self.model, self.system, self.tools = model, system_prompt, tools
         self.params = sampling.request(seed)
-        self.policy, self.cut_reasoning = policy, cut_reasoning
+        self.policy, self.cut_reasoning, self.read_text_calls = policy, cut_reasoning, read_text_calls
         self._calls = 0
+
+    def _read_written_call(self, response) -> None:
+        """A call written as text becomes the reply's call (its text what came before it), as the model's own."""
+        parsed = self.read_text_calls(response.text) if self.read_text_calls and response.text else None
+        if parsed is not None:
+            response.text, response.tool_calls = parsed[0], parsed[1][:1]
+            response.malformed, response.provider_parts = None, None
 
     async def act(self, history: list[Message]) -> Message:
         policy = self.policy
@@ -88,8 +100,14 @@ class ToolCallingAgent:
                     return Message("assistant", "", finish_reason="empty")
                 return Message("assistant", None, finish_reason="blocked" if e.blocked else "length")
             else:
-                if not (response.malformed and policy.reask_malformed and may_reask(reasks)):
-                    break
+                try:
+                    self._read_written_call(response)
+                except ValueError:              # the original's parser raised: asked again until the time is up
+                    if not may_reask(reasks):
+                        return Message("assistant", "", finish_reason="refused")
+                else:
+                    if not (response.malformed and policy.reask_malformed and may_reask(reasks)):
+                        break
             await asyncio.sleep(policy.reask_wait_s)
             reasks += 1
         if self.cut_reasoning:
@@ -97,5 +115,5 @@ class ToolCallingAgent:
         if response.tool_calls:
             self._calls += 1
             return tool_call_message(response, f"call_{self._calls}")
-        return Message("assistant", response.text or "", finish_reason=response.finish_reason,
-                       provider_parts=response.provider_parts)
+        text = response.text if policy.pass_failed_turns else response.text or ""   # the original keeps a None
+        return Message("assistant", text, finish_reason=response.finish_reason, provider_parts=response.provider_parts)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from google import genai
+from pydantic import ValidationError
 from google.genai import errors, types
 
 from ..trial import Message, ToolCall
@@ -45,8 +46,10 @@ def to_contents(messages: list[Message]) -> list[types.Content]:
             contents.append(types.Content(role="model", parts=[types.Part.model_validate(p) for p in m.provider_parts]))
         elif m.role == "tool":
             name = next((c.tool_call.name for c in reversed(messages[:messages.index(m)]) if c.tool_call), "tool")
-            part = types.Part(function_response=types.FunctionResponse(name=name, response={"result": m.content}))
-            contents.append(types.Content(role="user", parts=[part]))
+            # as litellm's Gemini route sends it (EHR-ChatQA's original; its twin): the result under "content", in
+            # a turn with no role (the API reads it as the user's)
+            part = types.Part(function_response=types.FunctionResponse(name=name, response={"content": m.content}))
+            contents.append(types.Content(parts=[part]))
         elif m.tool_call is not None:
             call = types.Part(function_call=types.FunctionCall(name=m.tool_call.name, args=m.tool_call.arguments))
             contents.append(types.Content(role="model", parts=([types.Part(text=m.content)] if m.content else [])
@@ -55,6 +58,20 @@ def to_contents(messages: list[Message]) -> list[types.Content]:
             contents.append(types.Content(role="model" if m.role == "assistant" else "user",
                                           parts=[types.Part(text=m.content)]))
     return contents
+
+
+def declaration(tool: dict) -> types.FunctionDeclaration:
+    """A tool as litellm's Gemini route declares it (EHR-ChatQA's original; its twin): the schema under `parameters`,
+    the OpenAPI subset Gemini reads; one outside that subset (`$defs`, `anyOf`, ...) under `parametersJsonSchema`."""
+    schema = tool.get("parameters")
+    if schema:
+        try:
+            return types.FunctionDeclaration(name=tool["name"], description=tool.get("description"),
+                                             parameters=types.Schema.model_validate(schema))
+        except ValidationError:
+            pass
+    return types.FunctionDeclaration(name=tool["name"], description=tool.get("description"),
+                                     parameters_json_schema=schema)
 
 
 def gemini_retry_after(error) -> float | None:
@@ -89,9 +106,7 @@ class GeminiModel(ChatModel):
             max_output_tokens=request.max_tokens,
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
         if request.tools:
-            config.tools = [types.Tool(function_declarations=[
-                types.FunctionDeclaration(name=t["name"], description=t.get("description"),
-                                          parameters_json_schema=t.get("parameters")) for t in request.tools])]
+            config.tools = [types.Tool(function_declarations=[declaration(t) for t in request.tools])]
             if request.tool_choice == "none":       # the tools shown, none callable (a final-answer nudge)
                 config.tool_config = types.ToolConfig(
                     function_calling_config=types.FunctionCallingConfig(mode=types.FunctionCallingConfigMode.NONE))
@@ -138,7 +153,10 @@ class GeminiModel(ChatModel):
         response = ChatResponse(text=text or None, usage=usage,
                                 finish_reason=finish if finish not in (None, "STOP") else None)
         if any(p.thought_signature for p in parts):   # sent back as they came, or the next call is refused
-            response.provider_parts = [p.model_dump(mode="json", exclude_none=True) for p in parts]
+            # up to the first call only: the turn's one call gets one response, and Gemini refuses a turn whose
+            # calls outnumber its responses (the original keeps `tool_calls[:1]` before litellm rebuilds the turn)
+            first = next((i for i, p in enumerate(parts) if p.function_call), len(parts) - 1)
+            response.provider_parts = [p.model_dump(mode="json", exclude_none=True) for p in parts[:first + 1]]
         calls = result.function_calls or []
         if calls:
             call = calls[0]

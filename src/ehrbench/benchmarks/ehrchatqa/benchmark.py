@@ -23,6 +23,7 @@ from .reference_agent import ReferenceAgent
 from .scoring import MAX_ROWS, adapt_reward, comparable_row, incre_reward
 from .scripted_user import ScriptedUser
 from .tasks import DB_IDS, TASK_TYPES, Task, load_task_dir
+from .text_calls import text_call_reader
 from .tools import DatabaseLike, ToolSuite, tool_schemas
 from .web_search import BACKENDS, web_search_backend
 
@@ -42,17 +43,22 @@ INDEXED_COLUMNS: dict[str, dict[str, list[str]]] = {
 }
 
 
-async def score(task: Task, record: TrialRecord, db: DatabaseLike, sql_timeout_s: float = 60.0) -> float:
-    """IncreQA re-executes every sql_execute query of the trajectory; AdaptQA reads the agent's <answer>."""
+async def score(task: Task, record: TrialRecord, db: DatabaseLike, sql_timeout_s: float = 60.0,
+                any_cardinal: bool = False) -> float:
+    """IncreQA re-executes every sql_execute query of the trajectory; AdaptQA reads the agent's <answer>
+    (`any_cardinal`: every number word as digits, `contract=ehrbench`; else the original's table)."""
     if task.task_type == "incre":
         async def rows(sql: str) -> list[tuple]:
             return (await db.execute(sql, sql_timeout_s, 1_000_000, MAX_ROWS, comparable_row)).rows
         queries = [args.get("query", "") for args in record.tool_arguments("sql_execute")]
         return await incre_reward(queries, task.gold_answer, rows)
-    return adapt_reward(record.agent_texts(), task.gold_answer)
+    return adapt_reward(record.agent_texts(), task.gold_answer, any_cardinal)
 
 
 CONTRACTS = ("original", "ehrbench")
+# the paper reports SR-k, Pass@k, Pass^k and Gap-k per flow (IncreQA, AdaptQA) over both databases; the figure
+# pooled over the flows is ehrbench's and carries this prefix, never the paper's bare names
+POOLED = "all_flows/"
 # the roles the original's metric.py sums its costs under: the user's (with its verifier and reflection), the agent's,
 # and the validator's ("eval")
 ORIGINAL_COST_ROLES = {"agent": ("agent",), "user": ("user", "verifier", "reflection"), "eval": ("validator",)}
@@ -93,6 +99,7 @@ class EhrChatQA(Benchmark):
     sampling_table = SAMPLING
     failure_table = FAILURES
     headline_metric = "SR"
+    default_user = "gemini-2.0-flash"          # the paper's user (run.py's defaults), with the validator
 
     def check(self) -> None:
         o = self.options
@@ -132,6 +139,41 @@ class EhrChatQA(Benchmark):
                               "no observation)")
         return self.options.get("contract", "original"), departures
 
+    def run_departures(self, settings: TrialSettings, embedder: dict | None = None) -> list[str]:
+        """The run's user, validator, embedder and web search against the paper's (run.py's defaults: the user
+        gemini-2.0-flash at 1.0 with nested reflection, the validator gemini-2.5-flash; text-embedding-3-large;
+        Tavily)."""
+        out = []
+        if settings.agent != "reference":
+            if settings.user == "scripted":
+                out.append("user=scripted with a model-backed agent (the paper's user is gemini-2.0-flash with "
+                           "nested reflection, checked by the validator; figures under scripted_user/)")
+            else:
+                user = (settings.user_model or {}).get("model")
+                if user != "gemini-2.0-flash":
+                    out.append(f"user model {user} (the paper's: gemini-2.0-flash)")
+                if settings.user_strategy != "reflection":
+                    out.append(f"user.strategy={settings.user_strategy} (the paper's: reflection)")
+                if settings.user_temperature != 1.0:
+                    out.append(f"user.temperature={settings.user_temperature:g} (the paper's: 1.0)")
+                if settings.validator_model is None:
+                    out.append("validator=none (the paper validates every simulation, re-running rejected ones)")
+                elif settings.validator_model.get("model") != "gemini-2.5-flash":
+                    out.append(f"validator model {settings.validator_model.get('model')} (the paper's: "
+                               "gemini-2.5-flash)")
+        if embedder is not None and (embedder.get("provider") or "local", embedder.get("model") or
+                                     "text-embedding-3-large") != ("openai", "text-embedding-3-large"):
+            out.append(f"data.embedder.provider={embedder.get('provider') or 'local'} (value_similarity_search; the "
+                       "original embeds with OpenAI's text-embedding-3-large)")
+        out.append(f"web_search={self.options.get('web_search')} (BM25 over the world's vocabulary; the original "
+                   "asks Tavily)")
+        return out
+
+    def figures_prefix(self, settings: TrialSettings) -> str:
+        """A model talking to the scripted user is not the paper's benchmark (its first turn is never vague, it
+        never rephrases or drifts): its figures are named apart."""
+        return "scripted_user/" if settings.agent != "reference" and settings.user == "scripted" else ""
+
     def tasks(self) -> list[Task]:
         return load_task_dir(self.options["task_dir"], list(self.options["databases"]), list(self.options["flows"]))
 
@@ -157,7 +199,8 @@ class EhrChatQA(Benchmark):
                     "reask_wait_s", ORIGINAL.reask_wait_s)))
             agent = ToolCallingAgent(settings.model_for("agent", meter), agent_system_prompt(task.db_id, task.task_type),
                                      tool_schemas(INDEXED_COLUMNS[task.db_id]), self._sampling("agent", settings),
-                                     seed, policy=policy, cut_reasoning=self.cuts_reasoning(settings.agent_model))
+                                     seed, policy=policy, cut_reasoning=self.cuts_reasoning(settings.agent_model),
+                                     read_text_calls=self.text_calls(settings.agent_model))
         validate = None
         if settings.validator_model:
             validator = SimulationValidator(settings.model_for("validator", meter), prompts()["validator_system"],
@@ -170,7 +213,8 @@ class EhrChatQA(Benchmark):
                                                              conversation=validator_conversation(record.messages),
                                                              gold_sql=task.gold_sql)
                 return await validator.judge(prompt, record)
-        return Episode(tools, agent, score=lambda record: score(task, record, db, timeout), greeting=AGENT_GREETING,
+        return Episode(tools, agent, score=lambda record: score(task, record, db, timeout, not self.original),
+                       greeting=AGENT_GREETING,
                        validate=validate)
 
     def user(self, task: Task, settings: TrialSettings, meter: UsageMeter, seed: int, mistakes: list[str]):
@@ -191,6 +235,11 @@ class EhrChatQA(Benchmark):
         `get_action` cuts it (`'qwen' in model`, `qwen_parse_tool_calls`); every model's under `contract=ehrbench`."""
         return not self.original or "qwen" in str((model or {}).get("model") or "").lower()
 
+    def text_calls(self, model: dict | None):
+        """Under the original contract, a Gemini or Llama agent's calls written as text are read as the original's
+        `get_action` reads them (`text_calls.py`); `contract=ehrbench` reads native calls only."""
+        return text_call_reader(str((model or {}).get("model") or "")) if self.original else None
+
     def _sampling(self, role: str, settings: TrialSettings) -> Sampling:
         """The table's parameters; `contract=ehrbench` seeds the agent's calls with the trial's seed."""
         params = self.sampling(role, settings.agent_model)
@@ -207,7 +256,8 @@ class EhrChatQA(Benchmark):
         from ...tracking.plots import category_bars, pass_k_curves as plot_curves
 
         groups = group_rewards(records, tasks)
-        text, metrics = pass_k_table(groups, k, f"EHR-ChatQA results over {k} trials per task (percent)")
+        text, metrics = pass_k_table(groups, k, f"EHR-ChatQA results over {k} trials per task (percent)",
+                                     pooled=POOLED)
         curves = pass_k_curves(groups, k, ["all", "incre", "adapt"])
         per_category: dict[str, list[float]] = defaultdict(list)
         rows = []
@@ -233,9 +283,9 @@ class EhrChatQA(Benchmark):
                                      "Pass@k and Pass^k against k"))
         if categories:
             files.append(category_bars(categories, out_dir / "categories.png", f"SR-{k} by task category"))
-        headline = {f"SR-{k}": metrics[f"SR-{k}"], f"Pass^{k}": metrics[f"Pass_hat_{k}"]}
-        headline.update({f"{flow} SR-{k}": metrics[f"{flow}/SR-{k}"] for flow in TASK_TYPES
-                         if f"{flow}/SR-{k}" in metrics})
+        headline = {f"{flow} {name}": metrics[f"{flow}/{key}"] for flow in TASK_TYPES if f"{flow}/SR-{k}" in metrics
+                    for name, key in ((f"SR-{k}", f"SR-{k}"), (f"Pass^{k}", f"Pass_hat_{k}"))}
+        headline[f"{POOLED}SR-{k}"] = metrics[f"{POOLED}SR-{k}"]
         curve_metrics = {f"{g}/curve/{name}": values for g, series in curves.items() for name, values in series.items()}
         incomplete = int(metrics.get("incomplete", 0))
         if incomplete and self.original:
@@ -250,7 +300,8 @@ class EhrChatQA(Benchmark):
         not scored, as `metrics.summarize` leaves it out)."""
         scores = super().task_scores(records, tasks, k)
         counts = group_rewards(records, tasks)["all"]
-        return TaskScores(f"SR-{k}", {key: v for key, v in scores.scores.items() if len(counts.get(key, [])) >= k})
+        return TaskScores(f"{POOLED}SR-{k}", {key: v for key, v in scores.scores.items()
+                                              if len(counts.get(key, [])) >= k})
 
     def prompts(self) -> dict[str, str]:
         """The paper's prompts as this run uses them: agent system prompt per database and flow, user, validator."""

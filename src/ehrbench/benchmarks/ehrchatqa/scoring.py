@@ -8,9 +8,12 @@ of each message the user was shown; the answer passes if it contains every gold 
 gold row, lower-cased, integers as digits) and nothing is left once those values, the joiners and units the
 original lists, and trailing zeros are removed.
 
-One deliberate generalisation (docs/benchmarks/ehrchatqa.md, Differences from the original): the original maps
-number words to digits through a table of the words its task files use ("thirty-five", "two hundred and
-forty-seven", ...); ehrbench maps any English cardinal, so the same rule holds for every task this world generates.
+Number words: the original maps a gold value, and an answer, that is exactly one of the words of its table
+(`ORIGINAL_NUMBER_WORDS`, the words its task files use) to digits, and leaves every other word as it is (gold "two",
+answer "twenty": 0). Under `contract=original` that is the rule, and a gold word outside the table (this world
+renders any count in words; the original's files never hold one) also passes as its digits, in any spelling of the
+same number. `contract=ehrbench` maps any English cardinal, gold or answer, to digits (docs/benchmarks/ehrchatqa.md,
+Differences from the original; gold "two", answer "twenty" then passes through the original's trailing-zero strip).
 """
 from __future__ import annotations
 
@@ -61,6 +64,16 @@ def process_answer(value) -> str:
 
 
 # --- number words ------------------------------------------------------------------------------------------------
+# src/envs/base.py's `numeric_to_words` (despite its name, words -> digits): the number words of its task files
+ORIGINAL_NUMBER_WORDS = {
+    **{w: str(n) for n, spellings in {247: ("two hundred and forty-seven", "two hundred forty-seven"),
+                                      659: ("six hundred and fifty-nine", "six hundred fifty-nine"),
+                                      35: ("thirty five", "thirty-five"), 48: ("forty-eight", "forty eight"),
+                                      37: ("thirty-seven", "thirty seven"), 28: ("twenty-eight", "twenty eight"),
+                                      72: ("seventy-two", "seventy two")}.items() for w in spellings},
+    **{w: str(n) for w, n in (("eleven", 11), ("thirty", 30), ("three", 3), ("four", 4), ("five", 5), ("six", 6),
+                              ("seven", 7), ("eight", 8), ("nine", 9), ("ten", 10), ("fourteen", 14),
+                              ("sixteen", 16), ("nineteen", 19), ("zero", 0), ("two", 2), ("one", 1))}}
 _UNITS = {w: i for i, w in enumerate("one two three four five six seven eight nine".split(), start=1)}
 _TEENS = {w: i for i, w in enumerate("ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen "
                                         "nineteen".split(), start=10)}
@@ -155,9 +168,20 @@ async def incre_reward(queries: list[str], gold_answer, execute: Callable[[str],
 
 
 # --- AdaptQA -----------------------------------------------------------------------------------------------------
-def gold_answers(gold_answer) -> list[str]:
-    """The first column of each gold row in the original's normal form, number words as digits."""
-    return [digits_if_number_words(process_answer(row[0])) for row in process_result(gold_answer) if row]
+def gold_answers(gold_answer, to_digits: Callable[[str], str] = digits_if_number_words) -> list[str]:
+    """The first column of each gold row in the original's normal form, number words as `to_digits` maps them."""
+    return [to_digits(process_answer(row[0])) for row in process_result(gold_answer) if row]
+
+
+def table_words(also: frozenset[int] = frozenset()) -> Callable[[str], str]:
+    """The original's mapping: a text that is exactly a word of its table becomes digits; so does any spelling of
+    a number in `also`; anything else stays as it is."""
+    def to_digits(text: str) -> str:
+        if text in ORIGINAL_NUMBER_WORDS:
+            return ORIGINAL_NUMBER_WORDS[text]
+        number = words_to_int(text) if also else None
+        return str(number) if number is not None and number in also else text
+    return to_digits
 
 
 def extract_answer(message: str) -> str | None:
@@ -166,8 +190,8 @@ def extract_answer(message: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
-def answer_matches(answer: str, golds: list[str]) -> bool:
-    predicted = digits_if_number_words(answer.lower())
+def answer_matches(answer: str, golds: list[str], to_digits: Callable[[str], str] = digits_if_number_words) -> bool:
+    predicted = to_digits(answer.lower())
     if any(gold.lower() not in predicted for gold in golds):
         return False
     rest = predicted
@@ -178,11 +202,23 @@ def answer_matches(answer: str, golds: list[str]) -> bool:
     return rest.rstrip("0").rstrip(".").strip() == ""
 
 
-def adapt_reward(shown_messages: list[str], gold_answer) -> float:
-    """`shown_messages`: the agent's messages the user received, in order (never text beside a tool call)."""
-    golds = gold_answers(gold_answer)
+def adapt_reward(shown_messages: list[str], gold_answer, any_cardinal: bool = False) -> float:
+    """`shown_messages`: the agent's messages the user received, in order (never text beside a tool call).
+    `any_cardinal`: every number word as digits (`contract=ehrbench`); else the original's table, a gold word
+    outside it also passing as its digits (see the module docstring)."""
+    if any_cardinal:
+        return _first_match(shown_messages, gold_answer, digits_if_number_words)
+    if _first_match(shown_messages, gold_answer, table_words()):
+        return 1.0
+    beyond = frozenset(n for g in gold_answers(gold_answer, str) if g not in ORIGINAL_NUMBER_WORDS
+                       and (n := words_to_int(g)) is not None)
+    return _first_match(shown_messages, gold_answer, table_words(beyond)) if beyond else 0.0
+
+
+def _first_match(shown_messages: list[str], gold_answer, to_digits: Callable[[str], str]) -> float:
+    golds = gold_answers(gold_answer, to_digits)
     for message in shown_messages:
         answer = extract_answer(message or "")
-        if answer is not None and answer_matches(answer, golds):
+        if answer is not None and answer_matches(answer, golds, to_digits):
             return 1.0
     return 0.0
