@@ -98,11 +98,24 @@ def test_a_broken_question_file_names_file_question_and_field(tmp_path):
     path.write_text(json.dumps([{k: v for k, v in EHRSQL_ITEM.items() if k != "query"}]))
     with pytest.raises(TaskFileError, match=r"bad.json: question '75379177b6a56fb54e946591': missing field 'query'"):
         load_questions(path, "ehrsql_mimic_iii")
-    half = tmp_path / "half_answered.json"
-    half.write_text(json.dumps([{**EHRSQL_ITEM, "answer": ["oral"]}]))
-    with pytest.raises(TaskFileError, match="half_answered.json: question '75379177b6a56fb54e946591': fields "
-                                            "'answer' .* and 'level' .* go together"):
-        load_tasks(half, "ehrsql_mimic_iii")
+    bad = tmp_path / "bad_answer.json"
+    bad.write_text(json.dumps([{**EHRSQL_ITEM, "answer": [], "level": 2}]))
+    with pytest.raises(TaskFileError, match="bad_answer.json: question '75379177b6a56fb54e946591': field 'answer' "
+                                            "must be a non-empty list"):
+        load_tasks(bad, "ehrsql_mimic_iii")
+
+
+def test_the_authors_released_selection_loads_its_answers_without_a_level(tmp_path):
+    """The EHRSQL-EHRAgent files the authors released hold answers but no level: each question's level is counted
+    from its gold SQL (distinct tables), as the generator counts every question's."""
+    from ehrbench.benchmarks.ehragent.tasks import complexity_level
+
+    released = tmp_path / "released.json"
+    released.write_text(json.dumps([{**EHRSQL_ITEM, "answer": ["oral"]}, {**EHRSQL_ITEM, "id": "second",
+                                                                           "answer": "oral"}]))
+    first, second = load_tasks(released, "ehrsql_mimic_iii")
+    assert (first.answer, second.answer) == (["oral"], ["oral"])
+    assert first.level == second.level == complexity_level(first.gold_sql) >= 1
 
 
 def test_questions_whose_gold_sql_fails_or_finds_nothing_are_dropped(tmp_path):

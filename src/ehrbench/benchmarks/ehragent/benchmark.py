@@ -9,7 +9,8 @@ questions enter the memory). The baselines, which the public code does not have,
 observation and the final reply. The strict judge compares the last successful cell's `answer` with the gold values.
 
 Memory modes: `sequential` (the paper's headline EHRAgent) is the original's main.py: each database's questions in one seeded order (`random.Random(seed)`'s
-shuffle, the same permutation as the original's `random.seed(42); random.shuffle(contents)`), one at a time, each
+shuffle, the same permutation as the original's `random.seed(0); random.shuffle(contents)` under the README's
+`--seed 0`), one at a time, each
 solved question ({question, knowledge note, last code cell}) added to the memory the next questions draw their
 examples from; one memory per database and trial index, hosted by the run's MemoryActor; `frozen` (the paper's
 "w/o long-term memory"): the four initial examples for every question, trials independent and parallel; `none`: no
@@ -163,7 +164,7 @@ class EhrAgentBenchmark(Benchmark):
             memory_file_items(str(o["memory_file"]))
         if isinstance(o.get("memory_seed"), bool) or not isinstance(o.get("memory_seed"), int):
             raise ConfigurationError(f"benchmark.memory_seed={o.get('memory_seed')!r}: must be an integer (the "
-                                     "original shuffles with seed 42)")
+                                     "original's documented run shuffles with --seed 0)")
         for flag in ("knowledge", "debugging", "interactive"):
             if not isinstance(o.get(flag, True), bool):
                 raise ConfigurationError(f"benchmark.{flag}={o.get(flag)!r}: must be true or false")

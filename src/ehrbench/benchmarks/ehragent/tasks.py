@@ -182,8 +182,9 @@ def _questions_with_items(path: Path, db_id: str) -> list[tuple[Question, dict]]
 
 
 def load_tasks(path: str | Path, db_id: str) -> list[Task]:
-    """A question set: the project's (each question with its stored answer and level, written by the generator), or
-    EHRSQL's / MIMICSQL's own (no answers: unresolved tasks, level 0 until resolved)."""
+    """A question set: the project's (each question with its stored answer and level, written by the generator),
+    the authors' released EHRSQL-EHRAgent selection (answers, no level: the level is counted from the gold SQL, as
+    for every question), or EHRSQL's / MIMICSQL's own (no answers: unresolved tasks, level 0 until resolved)."""
     path = Path(path)
     tasks = []
     for q, item in _questions_with_items(path, db_id):
@@ -191,10 +192,14 @@ def load_tasks(path: str | Path, db_id: str) -> list[Task]:
         if answer is None and level is None:
             tasks.append(Task(q.qid, db_id, q.question, q.sql, None, 0, q.family))
             continue
+        if isinstance(answer, str) and answer:
+            answer = [answer]
+        if answer is not None and level is None:
+            level = complexity_level(q.sql)
         if not isinstance(answer, list) or not answer or not isinstance(level, int):
-            raise TaskFileError(f"{path}: question {q.qid!r}: fields 'answer' (a non-empty list) and 'level' (an "
-                                "integer) go together (or neither, to answer it on the run's database); regenerate "
-                                "with `python -m ehrbench.benchmarks.ehragent.authoring`")
+            raise TaskFileError(f"{path}: question {q.qid!r}: field 'answer' must be a non-empty list (or a string) "
+                                "and 'level', where given, an integer (or give neither, to answer it on the run's "
+                                "database); regenerate with `python -m ehrbench.benchmarks.ehragent.authoring`")
         tasks.append(Task(q.qid, db_id, q.question, q.sql, [str(a) for a in answer], level, q.family))
     return tasks
 
