@@ -37,7 +37,8 @@ def _records(name: str, tasks: list, k: int, rng: random.Random) -> list[TrialRe
     return out
 
 
-@pytest.mark.parametrize("name, metric, scale", [("ehrchatqa", "all_flows/SR-3", 1), ("ehragent", "SR", 1),
+@pytest.mark.parametrize("name, metric, scale", [("ehrchatqa", "all_flows/SR-3", 1),
+                                                 ("ehragent", "all_databases/SR", 1),
                                                  ("agentehr", "F1", 100), ("clinsql", "exec_score", 1),
                                                  ("physassist", "mRS", 1)])
 def test_each_benchmark_s_task_scores_average_to_the_headline_its_report_logs(name, metric, scale, tmp_path):

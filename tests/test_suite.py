@@ -94,8 +94,8 @@ def test_a_suite_of_five_benchmarks_and_two_models_runs_in_one_command_and_resum
     finally:
         server.stop()
     board = again.stdout[again.stdout.index("suite quick: leaderboard"):]
-    for column in ("ehrchatqa scripted_user/all_flows/SR-2", "ehragent SR", "agentehr F1", "clinsql exec_score",
-                   "physassist mRS"):
+    for column in ("ehrchatqa scripted_user/all_flows/SR-2", "ehragent all_databases/SR", "agentehr F1",
+                   "clinsql exec_score", "physassist mRS"):
         assert column in board, board[:3000]
     assert "gpt-4o" in board and "o4-mini" in board
     [parent] = mlflow.search_runs(experiment_names=["suite"], output_format="list")     # the same parent, resumed
@@ -116,8 +116,8 @@ def test_a_suite_of_five_benchmarks_and_two_models_runs_in_one_command_and_resum
         assert child.data.params["limit_tasks"] == "1"                 # the slice, recorded on the child
         assert child.data.metrics["calls/agent"] > 0                   # the model, not a reference, answered
     m = parent.data.metrics
-    for b, metric in (("ehrchatqa", "scripted_user/all_flows/SR-2"), ("ehragent", "SR"), ("agentehr", "F1"),
-                      ("clinsql", "exec_score"),
+    for b, metric in (("ehrchatqa", "scripted_user/all_flows/SR-2"), ("ehragent", "all_databases/SR"),
+                      ("agentehr", "F1"), ("clinsql", "exec_score"),
                       ("physassist", "mRS")):
         for model in ("gpt-4o", "o4-mini"):
             assert m[f"{b}/{model}/{metric}/low"] <= m[f"{b}/{model}/{metric}"] <= m[f"{b}/{model}/{metric}/high"]
