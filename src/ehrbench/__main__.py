@@ -325,7 +325,7 @@ def remember(memory, new: list[TrialRecord], everything: list[TrialRecord]) -> N
         fill_memory(memory, everything)
 
 
-# --- step 5: run and report# --- step 5: run and report ---------------------------------------------------------------------------------------
+# --- step 5: run and report ---------------------------------------------------------------------------------------
 def usage_metrics(records: list[TrialRecord]) -> dict[str, float]:
     """Tokens and dollars per role over every attempt (rejected ones too: they were paid for)."""
     totals: dict[str, float] = defaultdict(float)
