@@ -334,3 +334,28 @@ def test_a_chatbot_turn_with_no_text_ends_the_chat_and_a_refused_request_loses_t
         loop.close()
     assert ended.content is None and ended.tool_call is None
     assert refused.value.agent_caused and not outage.value.agent_caused
+
+
+@pytest.mark.parametrize("cell, error", [
+    ("answer = LoadDB()", "TypeError: LoadDB() missing 1 required positional argument: 'target_ehr'. The error "
+                          'messages occur in the code line "answer = LoadDB()".'),
+    ("answer = SQLInterpreter()", "TypeError: SQLInterpreter() missing 1 required positional argument: 'command'. "
+                                  'The error messages occur in the code line "answer = SQLInterpreter()".'),
+    ("answer = Calendar('-1 year', 'x')",
+     "TypeError: Calendar() takes 1 positional argument but 2 were given. The error messages occur in the code line "
+     "\"answer = Calendar('-1 year', 'x')\"."),
+    ("assert 1 == 2\nanswer = 1", "Error: AssertionError()."),
+])
+def test_a_wrong_call_to_a_tool_and_an_error_without_a_message_read_as_the_original_words_them(tmp_path, cell, error):
+    """The original's LoadDB, SQLInterpreter and Calendar are its functions db_loader, sql_interpreter and
+    date_calculator, whose names its run_code maps back to the tool's in a TypeError; a bare `assert` is
+    `AssertionError()` in the repr it cuts its message from."""
+    from ehrbench.benchmarks.ehragent.tools import FEEDBACK
+
+    tools = CodeInterface("ehrsql_mimic_iii", toy_database(tmp_path), {"admissions": "ADMISSIONS"}, "q",
+                          "2105-12-31 23:59:00", None, CellLimits(cpu_s=5, wall_s=20))
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(tools.call("python", {"cell": cell})) == error + FEEDBACK
+    finally:
+        loop.close()

@@ -138,8 +138,10 @@ def sqlite_words(error: Exception) -> str:
 
 def repr_message(kind: str, message: str) -> str:
     """The original's `str(repr(e)).split("('")[-1].split("')")[0]`: the message when Python quotes it with single
-    quotes, the whole repr when the message holds a single quote (Python then uses double quotes)."""
-    return f"{kind}({message!r})".split("('")[-1].split("')")[0]
+    quotes, the whole repr when the message holds a single quote (Python then uses double quotes) or when there is
+    no message at all (`AssertionError()`, a bare `assert`)."""
+    rendered = f"{kind}({message!r})" if message else f"{kind}()"
+    return rendered.split("('")[-1].split("')")[0]
 
 
 # the knowledge and debugger calls' parameters for a model that takes them all (medagent.py: the table's rows),

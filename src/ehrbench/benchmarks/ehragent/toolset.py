@@ -46,6 +46,11 @@ def bind(call, context: dict) -> dict:
     def Calendar(argument):
         return date_calculator(argument, now)
 
+    # named as the original's functions (tabtools.py), so a wrong call's TypeError reads as there ("db_loader()
+    # missing 1 required positional argument: 'target_ehr'"), which run_code then renames to the tool's name
+    for function, internal in ((LoadDB, "db_loader"), (SQLInterpreter, "sql_interpreter"),
+                               (Calendar, "date_calculator")):
+        function.__name__ = function.__qualname__ = internal
     return {"answer": 0, "LoadDB": LoadDB, "FilterDB": data_filter, "GetValue": get_value, "SQLInterpreter": SQLInterpreter,
             "Calendar": Calendar, "Calculate": calculate}
 
