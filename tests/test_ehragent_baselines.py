@@ -161,18 +161,27 @@ def test_memory_admits_as_main_py_judged_or_as_the_named_improvement(db_path):
         {"role": "assistant", "content": "The answer is 40.\nTERMINATE"}]
     record = TrialRecord(task.key, 2, "answered", None, messages=messages)
     tools = interface(db_path)
-    assert score(task, record, tools, agent, "note").memory == []                 # wrong answer: not remembered
-    [item] = score(task, record, tools, agent, "note", "completed").memory
-    assert item == {"stream": f"{DB}#2", "key": task.key,
-                    "item": {"question": "how many?", "knowledge": "note", "code": "answer = 40"}}
+    ran = {"stream": f"{DB}#2/last_cell", "key": "last", "item": {"code": "answer = 40"}}   # the proxy's `code`
+    assert score(task, record, tools, agent, "note").memory == [ran]              # wrong answer: not remembered
+    [item, last] = score(task, record, tools, agent, "note", "completed").memory
+    assert (item, last) == ({"stream": f"{DB}#2", "key": task.key,
+                             "item": {"question": "how many?", "knowledge": "note", "code": "answer = 40"}}, ran)
     solved = Task("q1", DB, "how many?", "SELECT 1", ["40"], 1)
     assert score(solved, record, tools, agent, "note").memory[0]["item"]["code"] == "answer = 40"
     assert score(solved, record, tools, agent, None).memory == []
     unfinished = TrialRecord(task.key, 2, "answered", None, messages=messages[:-1] + [
         {"role": "assistant", "content": "It is 40, I think."}])
     result = score(solved, unfinished, tools, agent, "note")                      # no TERMINATE: not completed,
-    assert (result.parts["completed"], result.reward) == (0.0, 0.0) and len(result.memory) == 1   # yet judged in
-    assert score(solved, unfinished, tools, agent, "note", "successful").memory == []
+    assert (result.parts["completed"], result.reward) == (0.0, 0.0) and len(result.memory) == 2   # yet judged in
+    assert score(solved, unfinished, tools, agent, "note", "successful").memory == [ran]
+    # a question that ran no cell is remembered with the chain's last cell, as the original's proxy kept it
+    agent.memory = SimpleNamespace(previous_cell="answer = 39")
+    agent.opening = "the prompt\nSolution:"          # the window of a log with no cell opens at its last Solution:
+    no_cell = TrialRecord(task.key, 2, "answered", None, messages=[messages[0], {
+        "role": "assistant", "content": "The answer is 40.\nTERMINATE"}])
+    assert score(solved, no_cell, tools, agent, "note").memory == [
+        {"stream": f"{DB}#2", "key": task.key, "item": {"question": "how many?", "knowledge": "note",
+                                                        "code": "answer = 39"}}]
 
 
 def test_a_bad_memory_file_is_refused_at_start_naming_file_line_and_field(tmp_path):

@@ -486,6 +486,17 @@ def test_the_reference_scores_mrs_100_with_the_rule_grader_through_ray_and_mlflo
     assert rules and {a.source.source_type for a in rules} == {"CODE"} and {a.value for a in rules} == {1}
 
 
+def _task_dir_of(small, session, tmp_path) -> Path:
+    """A task folder holding `session` alone (its scenario's file with that one entry, and the manifest)."""
+    entry = next(json.loads(line) for line in (small["tasks"] / f"{session.scenario}.jsonl").read_text().splitlines()
+                 if json.loads(line)["id"] == session.key)
+    one = tmp_path / "tasks"
+    one.mkdir()
+    (one / f"{session.scenario}.jsonl").write_text(json.dumps(entry) + "\n")
+    (one / "manifest.json").write_text((small["tasks"] / "manifest.json").read_text())
+    return one
+
+
 def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fake_server(small, ray_cluster,
                                                                                           tmp_path):
     """`model=gpt-4o` (the OpenAI client) answers each turn after one call; the patient is `gemini-2.0-flash` (in a
@@ -497,12 +508,7 @@ def test_the_real_agent_the_original_s_judge_and_the_live_patient_through_the_fa
 
     def interviews(turn):
         return any(a["name"].startswith("patient.") for a in turn.gold_actions)
-    entry = next(json.loads(line) for line in (small["tasks"] / f"{session.scenario}.jsonl").read_text().splitlines()
-                 if json.loads(line)["id"] == session.key)
-    one = tmp_path / "tasks"
-    one.mkdir()
-    (one / f"{session.scenario}.jsonl").write_text(json.dumps(entry) + "\n")
-    (one / "manifest.json").write_text((small["tasks"] / "manifest.json").read_text())
+    one = _task_dir_of(small, session, tmp_path)
     agent = []
     for t in session.turns:
         first = t.gold_actions[0]
@@ -589,12 +595,7 @@ def test_each_role_is_sent_its_originals_parameters_by_gpt_5_mini_and_gemini_2_5
 
     session = next(s for s in small["sessions"]
                    if any(map(asks_patient, s.turns)) and "WU" in [t.kind for t in s.turns])
-    entry = next(json.loads(line) for line in (small["tasks"] / f"{session.scenario}.jsonl").read_text().splitlines()
-                 if json.loads(line)["id"] == session.key)
-    one = tmp_path / "tasks"
-    one.mkdir()
-    (one / f"{session.scenario}.jsonl").write_text(json.dumps(entry) + "\n")
-    (one / "manifest.json").write_text((small["tasks"] / "manifest.json").read_text())
+    one = _task_dir_of(small, session, tmp_path)
     agent = []                          # each turn: its first gold call (the patient's if it has one), then the answer
     for t in session.turns:
         first = next((a for a in t.gold_actions if a["name"].startswith("patient.")), t.gold_actions[0])

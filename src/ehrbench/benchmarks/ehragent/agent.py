@@ -62,6 +62,7 @@ class Memory:
 
     def __init__(self, items: list[dict]):
         self.items = list(items)
+        self.previous_cell = ""        # the last cell the proxy ran before this question (`SharedMemory`)
 
     def examples(self, question: str, k: int = NUM_SHOTS) -> str:
         ranked = sorted(range(len(self.items)), key=lambda i: Levenshtein.distance(question, self.items[i]["question"]))
@@ -84,7 +85,16 @@ class SharedMemory(Memory):
         self.initial, self.host, self.stream = list(initial), host, stream
 
     async def refresh(self) -> None:
+        """The stream's items, and the last cell the chain's proxy ran (the original's `user_proxy.code` lives on
+        from one question to the next)."""
         self.items = self.initial + await self.host.items(self.stream)
+        last = await self.host.items(last_cell_stream(self.stream))
+        self.previous_cell = last[-1]["code"] if last else ""
+
+
+def last_cell_stream(stream: str) -> str:
+    """Where a chain keeps the last cell its proxy ran (one item, replaced by each question that ran a cell)."""
+    return f"{stream}/last_cell"
 
 
 class EhrAgent:

@@ -31,7 +31,7 @@ from ...llm.base import ConfigurationError, Sampling
 from ...llm.scripted import ScriptedCall
 from ...llm.usage import UsageMeter
 from ...trial import Score, TrialRecord
-from .agent import EhrAgent, Memory, ReferenceAgent, SharedMemory
+from .agent import EhrAgent, Memory, ReferenceAgent, SharedMemory, last_cell_stream
 from .baselines import BaselineAgent, BaselineTools
 from .scoring import compatibility, evaluate_judge, evaluate_log, gold_text, original_log, prediction, strict
 from .prompts import CHATBOT_SYSTEM, DEBUGGER_SYSTEM, KNOWLEDGE_SYSTEM, initial_memory, prompts
@@ -93,7 +93,8 @@ def memory_file_items(path: str) -> dict[str, list[dict]]:
 def memory_lines(records: list[TrialRecord], db_of: dict[str, str]) -> list[dict]:
     """What a sequential run learned, in the order it learned it: one line per remembered question."""
     return [{"db_id": db_of[r.task_key], "trial": r.trial, "key": r.task_key, **m["item"]}
-            for r in records if r.valid and r.final and r.task_key in db_of for m in r.memory]
+            for r in records if r.valid and r.final and r.task_key in db_of for m in r.memory
+            if not m["stream"].endswith(last_cell_stream(""))]
 
 
 def last_cell(record: TrialRecord) -> str:
@@ -117,9 +118,13 @@ def score(task: Task, record: TrialRecord, tools: CodeInterface, agent=None, kno
         (completed, compatible), judged = evaluate_log(log, task.answer), compatibility(prediction(log), gold)
     exact = completed and tools.last_answer is not None and strict(tools.last_answer, task.answer)
     kept = {"judged": judged, "successful": compatible, "completed": completed}[memory_from]
-    memory = [{"stream": memory_stream(task.db_id, record.trial), "key": task.key,
-               "item": {"question": task.question, "knowledge": knowledge, "code": last_cell(record)}}] \
-        if kept and knowledge is not None else []
+    stream, ran = memory_stream(task.db_id, record.trial), last_cell(record)
+    # the original stores its proxy's `code`: this question's last cell, or, where it ran none, the chain's last
+    code = ran or getattr(getattr(agent, "memory", None), "previous_cell", "")
+    memory = [{"stream": stream, "key": task.key, "item": {"question": task.question, "knowledge": knowledge,
+                                                          "code": code}}] if kept and knowledge is not None else []
+    if ran and knowledge is not None:
+        memory.append({"stream": last_cell_stream(stream), "key": "last", "item": {"code": ran}})
     return Score(float(compatible), {"completed": float(completed), "compatible": float(compatible),
                                      "strict": float(exact)}, memory)
 
