@@ -55,7 +55,8 @@ def test_ehragent_with_a_real_model_through_the_fake_server(ray_cluster, tmp_pat
         server.push(Reply(text="- The admissions table holds the visits."),
                     Reply(tool="python", args={"cell": "db = LoadDB('admission')\nanswer = len(db)"}),
                     Reply(text="The table is called admissions."),
-                    Reply(tool="python", args={"cell": good_cell}),
+                    # as GPT-4 wrote arguments (indented): the original's judge window ends at their `"\n}`
+                    Reply(tool="python", raw_args=json.dumps({"cell": good_cell}, indent=2)),
                     Reply(text=f"The answer is {', '.join(task.answer)}.\nTERMINATE"), model="gpt-4o")
         store = mlflow_store(tmp_path / "mlruns")
         cmd = [sys.executable, "-m", "ehrbench", "benchmark=ehragent", "benchmark.databases=[ehrsql_mimic_iii]",
@@ -132,8 +133,8 @@ def test_sequential_memory_gives_the_next_question_the_solved_one_as_an_example(
     try:
         for t, knowledge, final in ((first, "NOTE-ONE", f"{', '.join(first.answer)}"), (second, "NOTE-TWO", "no idea"),
                                     (third, "NOTE-THREE", f"{', '.join(third.answer)}")):
-            cells = [] if t is third else [Reply(tool="python", args={"cell": cell(t) if t is first else
-                                                                      "answer = -987654"})]
+            cells = [] if t is third else [Reply(tool="python", raw_args=json.dumps(   # indented, as GPT-4 wrote
+                {"cell": cell(t) if t is first else "answer = -987654"}, indent=2))]
             server.push(Reply(text=knowledge), *cells, Reply(text=f"The answer is {final}.\nTERMINATE"),
                         model="gpt-4o")
         store = mlflow_store(tmp_path / "mlruns")

@@ -40,7 +40,7 @@ class Scripted:
         response = ChatResponse(text=reply.get("content"))
         if call := reply.get("function_call"):
             args, problem = parse_arguments(call["arguments"])
-            response.tool_calls = [ToolCall(call["name"], args, "", raw=call["arguments"] if problem else None)]
+            response.tool_calls = [ToolCall(call["name"], args, "", raw=call["arguments"])]
             response.malformed = problem
         return response
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from .twins import ehrchatqa
+from .twins import ehragent, ehrchatqa
 from .twins.kit import FIXTURES, Fixture, compare, compare_scores, normalise, replay, summary
 from .twins.record import build_databases, database_digest
 
@@ -81,6 +81,40 @@ def test_the_twin_check_sees_one_changed_word_parameter_tool_string_or_score(ehr
         assert compare(fixture, mutated, COMPARED), (role, "a change no comparison saw")
     scores = {**got.scores, task: [0.0]}
     assert compare_scores(fixture, scores)
+
+
+@pytest.fixture(scope="module")
+def ehragent_runs(ray_cluster, shared_world, tmp_path_factory):
+    """Every EHRAgent scenario replayed once through ehrbench (its questions one at a time per database, in the
+    seeded order, as the original's memory needs), side by side on the session's cluster."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fixtures = [Fixture.load(path) for path in sorted(FIXTURES.glob("ehragent_*.json.gz"))]
+    databases = build_databases(sorted({ehragent.db_of(t) for f in fixtures for t in f.tasks}), shared_world / "gen")
+    for fixture in fixtures:
+        assert {db: database_digest(databases[db]) for db in fixture.provenance["world"]["databases"]} == \
+            fixture.provenance["world"]["databases"], f"{fixture.scenario} was recorded on another world"
+
+    def run(fixture):
+        tmp = tmp_path_factory.mktemp(f"twin-ehragent-{fixture.scenario}")
+        for db, name in ehragent.FILES.items():
+            (tmp / name).write_text(json.dumps([t for t in fixture.tasks if ehragent.db_of(t) == db]))
+        got = replay(fixture, ehragent.router(fixture.tasks), [*fixture.ehrbench["overrides"],
+                                                               f"data.root={shared_world / 'gen'}"],
+                     {"task_dir": str(tmp), "address": ray_cluster.address}, tmp / "mlruns")
+        got.scores = {r.task_key: [[r.reward, r.score_parts["completed"]]] for r in got.records if r.final and r.valid}
+        return fixture, got
+    with ThreadPoolExecutor(len(fixtures)) as pool:
+        return {f.scenario: out for f, out in zip(fixtures, pool.map(run, fixtures))}
+
+
+@pytest.mark.parametrize("scenario", sorted(p.name.split("_", 1)[1].split(".")[0]
+                                            for p in FIXTURES.glob("ehragent_*.json.gz")))
+def test_ehragent_sends_what_its_authors_harness_sent_and_scores_the_same(ehragent_runs, scenario):
+    fixture, got = ehragent_runs[scenario]
+    problems = compare(fixture, got.requests, {"chatbot", "knowledge", "debugger"})
+    assert not problems, summary(problems)
+    assert not compare_scores(fixture, got.scores)
 
 
 def test_normalising_drops_only_the_wire_noise():

@@ -39,11 +39,11 @@ EXPECTED = {
     # EHRAgent, config.py (chatbot) and medagent.py (knowledge, debugger): temperature 0, top_p 0.95, 800 tokens
     ("ehragent", "agent"): {"gpt-5-mini": {"api": "functions"}, "gemini-2.5-flash": {T: 0.0, "api": "functions"}},
     ("ehragent", "knowledge"): {"gpt-5-mini": {"max_tokens": 800},
-                                "gemini-2.5-flash": {T: 0.0, "top_p": 0.95, "max_tokens": 800,
-                                                     "max_tokens_name": "max_tokens"}},
+                                "gemini-2.5-flash": {T: 0.0, "top_p": 0.95, "max_tokens": 800, "frequency_penalty": 0.0,
+                                                     "presence_penalty": 0.0, "max_tokens_name": "max_tokens"}},
     ("ehragent", "debugger"): {"gpt-5-mini": {"max_tokens": 800},
-                               "gemini-2.5-flash": {T: 0.0, "top_p": 0.95, "max_tokens": 800,
-                                                    "max_tokens_name": "max_tokens"}},
+                               "gemini-2.5-flash": {T: 0.0, "top_p": 0.95, "max_tokens": 800, "frequency_penalty": 0.0,
+                                                    "presence_penalty": 0.0, "max_tokens_name": "max_tokens"}},
     # ClinSQL, the inference ModelConfig per family and the rubric scorer's judge
     ("clinsql", "agent"): {"gpt-5-mini": {T: 1.0},
                            "gemini-2.5-flash": {T: 1.0, "top_p": 1.0, "seed": 0, "max_tokens": 65_535,
@@ -70,8 +70,8 @@ CALLS = {
 }
 
 GEMINI_NAMES = {"temperature": "temperature", "top_p": "topP", "presence_penalty": "presencePenalty",
-                "seed": "seed", "max_tokens": "maxOutputTokens"}
-OPENAI_NAMES = ("temperature", "top_p", "presence_penalty", "seed", "reasoning_effort")
+                "frequency_penalty": "frequencyPenalty", "seed": "seed", "max_tokens": "maxOutputTokens"}
+OPENAI_NAMES = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "reasoning_effort")
 
 
 def is_gemini(path: str) -> bool:
@@ -100,12 +100,14 @@ def expected(path: str, body: dict, sampling: Sampling, model: dict) -> dict:
         assert isinstance(seed, int), f"a trial-seeded call sent no seed: {seed!r}"
     if is_gemini(path):
         return {"temperature": sampling.temperature, "top_p": sampling.top_p,
-                "presence_penalty": sampling.presence_penalty, "seed": seed, "max_tokens": sampling.max_tokens,
+                "presence_penalty": sampling.presence_penalty, "frequency_penalty": sampling.frequency_penalty,
+                "seed": seed, "max_tokens": sampling.max_tokens,
                 "thinking_budget": sampling.thinking_budget}
     samples = model.get("supports_temperature", True)
     offered = "functions" in body or "tools" in body
     return {"temperature": sampling.temperature if samples else None, "top_p": sampling.top_p if samples else None,
-            "presence_penalty": sampling.presence_penalty if samples else None, "seed": seed,
+            "presence_penalty": sampling.presence_penalty if samples else None,
+            "frequency_penalty": sampling.frequency_penalty if samples else None, "seed": seed,
             "reasoning_effort": sampling.reasoning_effort, "max_tokens": sampling.max_tokens,
             "max_tokens_name": None if sampling.max_tokens is None else
             sampling.max_tokens_name if samples else "max_completion_tokens",

@@ -66,7 +66,7 @@ class ToolCall:
     arguments: dict
     id: str = ""
     error: str | None = None    # set when the model's call could not be parsed: answered with an error observation
-    raw: str | None = None      # the arguments as the model wrote them, kept when they could not be parsed
+    raw: str | None = None      # the arguments' text as the model wrote it (where the provider sends text)
 
 
 @dataclass

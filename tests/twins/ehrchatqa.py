@@ -190,7 +190,7 @@ def script(scenario: str, tasks: list[dict]) -> dict[str, dict[str, list[dict]]]
     return {key(t): SCENARIOS[scenario](t) for t in tasks}
 
 
-def export(out: Path, tasks: list[dict], databases: dict[str, Path]) -> None:
+def export(out: Path, tasks: list[dict], databases: dict[str, Path], url: str | None = None) -> None:
     """The tasks and ehrbench's database files in the layout the authors' harness reads (its working copy `out`)."""
     for db, path in databases.items():
         folder = out / "src" / "envs" / db
@@ -202,7 +202,7 @@ def export(out: Path, tasks: list[dict], databases: dict[str, Path]) -> None:
                  for t in tasks if t["db_id"] == db and t["task_type"] == flow], indent=1))
 
 
-def original_scores(out: Path) -> dict[str, list[float | None]]:
+def original_scores(out: Path, python: str | None = None) -> dict[str, list[float | None]]:
     """Each task's rewards, one per trial, as the harness's result files hold them: a trial's last attempt (a
     validator-rejected attempt is written with reward None, then the next)."""
     scores: dict[str, list] = {}

@@ -100,7 +100,8 @@ def _upper_types(node):
 
 def normalise(path: str, body: dict) -> dict:
     """Everything a model could see or that changes its sampling, as one canonical dict: the same request from two
-    clients gives the same dict. Dropped: call ids (numbered in order instead), `content: null` (as absent), `n: 1`
+    clients gives the same dict. Dropped: call ids (numbered in order instead), `content: null` and a parameter sent
+    as null (as absent), `n: 1`
     (Gemini's `candidate_count: 1`),
     `stream: false`, pydantic `title` keys in response schemas; an OpenAPI type's case (Gemini reads `string` and
     `STRING` alike); JSON key order never matters."""
@@ -116,6 +117,8 @@ def normalise(path: str, body: dict) -> dict:
         (body.get("systemInstruction") or {}).pop("role", None)     # the API reads no role there
     if body.get("n") == 1:
         del body["n"]
+    for name in [k for k, v in body.items() if v is None]:     # a parameter sent as null (openai 1.7's `stop=None`)
+        del body[name]                                         # is the provider's default, as when absent
     if body.get("stream") is False:
         del body["stream"]
     ids: dict[str, str] = {}

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .kit import FIXTURES, Difference, Fixture, by_pair
+from .kit import FIXTURES, Difference, Fixture, by_pair, placeholders
 
 # the variables that route each client the authors' harnesses use to the provider ({url}: its address)
 ROUTES = {"OPENAI_API_BASE": "{url}/v1", "OPENAI_BASE_URL": "{url}/v1", "OPENAI_API_KEY": "twin-key",
@@ -72,30 +72,41 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work)
     shutil.copytree(args.original, work, ignore=shutil.ignore_patterns(".git", "results", "faiss_index_*"))
     tasks = twin.pick_tasks()
-    databases = build_databases(sorted({t["db_id"] for t in tasks}), work.parent / "twin-gen")
-    twin.export(work, tasks, databases)
+    db_of = getattr(twin, "db_of", lambda task: task["db_id"])
+    databases = build_databases(sorted({db_of(t) for t in tasks}), work.parent / "twin-gen")
     fixture = Fixture(args.benchmark, args.scenario, {}, tasks, twin.script(args.scenario, tasks), {}, {})
     provider = fixture.provider(twin.router(tasks)).start()
+    twin.export(work, tasks, databases, provider.url)
     log = (work / "twin-requests.log").open("w")
     provider.on_request = lambda seen: (log.write(f"{seen.key} {seen.path}\n"), log.flush())
-    env = {**os.environ, **{k: v.format(url=provider.url) for k, v in ROUTES.items()}}
+    env = {**os.environ, **{k: v.format(url=provider.url) for k, v in ROUTES.items()},
+           **{k: v.format(work=work) for k, v in getattr(twin, "ENVIRONMENT", {}).items()}}
+    # one run of the command, or one per item of the twin's `runs` (a harness that reads one database per run),
+    # each with its {placeholders} filled and its files put in place first
+    runs, outputs, exit_codes = getattr(twin, "runs", lambda tasks: [{}])(tasks), [], []
     try:
-        run = subprocess.run([args.python, *command], cwd=work, env=env, timeout=args.timeout, text=True,
-                             capture_output=True)
+        for values in runs:
+            if values:
+                twin.prepare(work, values, databases)
+            run = subprocess.run([args.python, *placeholders(command, values)], cwd=work, env=env,
+                                 timeout=args.timeout, text=True, capture_output=True)
+            outputs.append(run.stdout + "\n--- stderr ---\n" + run.stderr)
+            exit_codes.append(run.returncode)
     finally:
         provider.stop()
         log.close()
-    (work / "twin-stdout.txt").write_text(run.stdout + "\n--- stderr ---\n" + run.stderr)
+    (work / "twin-stdout.txt").write_text("\n=== next run ===\n".join(outputs))
     freeze = subprocess.run([args.python, "-m", "pip", "freeze"], capture_output=True, text=True).stdout.split()
     version = subprocess.run([args.python, "--version"], capture_output=True, text=True).stdout.strip()
     fixture.provenance = {
         "repository": args.repository, "commit": args.commit, "python": version, "dependencies": freeze,
-        "command": command, "environment": {k: v for k, v in ROUTES.items()}, "exit_code": run.returncode,
+        "command": command, "runs": runs, "environment": {**ROUTES, **getattr(twin, "ENVIRONMENT", {})},
+        "exit_code": max(exit_codes),
         "recorded": datetime.date.today().isoformat(), "notes": args.note,
         "world": {"seed": 0, "scale": 1.0, "dictionary": "used",
                   "databases": {db: database_digest(p) for db, p in databases.items()}}}
     fixture.requests = by_pair(provider.requests)
-    fixture.scores = twin.original_scores(work)
+    fixture.scores = twin.original_scores(work, args.python)
     fixture.ehrbench = {"overrides": twin.EHRBENCH_OVERRIDES[args.scenario]}
     fixture.differences = [Difference(**d) for d in twin.DIFFERENCES]
     out = FIXTURES / f"{args.benchmark}_{args.scenario}.json.gz"
@@ -103,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     fixture.save(out)
     unknown = [s.key for s in provider.requests if s.key[1] == "unknown"]
     print(f"{out}: {sum(len(r) for t in fixture.requests.values() for r in t.values())} requests of "
-          f"{len(fixture.requests)} tasks, scores {fixture.scores}; the original exited {run.returncode} "
+          f"{len(fixture.requests)} tasks, scores {fixture.scores}; the original exited {exit_codes} "
           f"(its output: {work / 'twin-stdout.txt'}); requests of no known role: {len(unknown)}")
-    return 0 if run.returncode == 0 else 1
+    return 0 if not any(exit_codes) else 1
 
 
 if __name__ == "__main__":

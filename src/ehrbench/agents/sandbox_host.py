@@ -236,7 +236,8 @@ def _run_cell(request: dict, conn: socket.socket) -> None:
     except BaseException as e:   # noqa: BLE001 - everything the code raised is the agent's observation
         frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == "<cell>"]
         if isinstance(e, SyntaxError):           # raised by compile(): no frame of the cell, the line is on e
-            result["error"] = {"type": type(e).__name__, "message": e.msg, "line": e.lineno}
+            result["error"] = {"type": type(e).__name__, "message": e.msg, "line": e.lineno,
+                               "detail": [e.offset, e.text, e.end_lineno, e.end_offset]}
         else:
             result["error"] = {"type": type(e).__name__, "message": str(e),
                                "line": frames[-1].lineno if frames else None}

@@ -102,6 +102,7 @@ class Sampling:
     temperature: float | None = None
     top_p: float | None = None
     presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     max_tokens: int | None = None
     max_tokens_name: str = "max_completion_tokens"   # the OpenAI-compatible field (or "max_tokens", as some send)
     seed: int | str | None = None          # an int: that seed on every call; "trial": the trial's seed; None: none
@@ -114,6 +115,7 @@ class Sampling:
         """These parameters as `ChatRequest` fields (`seed="trial"` becomes `trial_seed`)."""
         seed = trial_seed if self.seed == "trial" else self.seed
         return {"temperature": self.temperature, "top_p": self.top_p, "presence_penalty": self.presence_penalty,
+                "frequency_penalty": self.frequency_penalty,
                 "max_tokens": self.max_tokens, "max_tokens_name": self.max_tokens_name, "seed": seed,
                 "reasoning_effort": self.reasoning_effort, "thinking_budget": self.thinking_budget,
                 "extra_body": self.extra_body, "api": self.api}
@@ -129,6 +131,7 @@ class ChatRequest:
     max_tokens: int | None = None
     top_p: float | None = None            # nucleus sampling, where a benchmark's original sets it
     presence_penalty: float | None = None  # likewise (AgentEHR's scripts send 1.0 to vLLM-served models)
+    frequency_penalty: float | None = None  # likewise (EHRAgent's helpers send 0)
     max_tokens_name: str = "max_completion_tokens"   # OpenAI-compatible: the field the original sends the limit in
     reasoning_effort: str | None = None   # OpenAI reasoning models (sent only where the benchmark's original sends it)
     thinking_budget: int | None = None    # Gemini

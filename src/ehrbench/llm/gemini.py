@@ -101,7 +101,7 @@ class GeminiModel(ChatModel):
     async def _send(self, request: ChatRequest) -> ChatResponse:
         config = types.GenerateContentConfig(
             system_instruction=request.system, temperature=request.temperature, top_p=request.top_p,
-            presence_penalty=request.presence_penalty,
+            presence_penalty=request.presence_penalty, frequency_penalty=request.frequency_penalty,
             seed=request.seed,
             max_output_tokens=request.max_tokens,
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))

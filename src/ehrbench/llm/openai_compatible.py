@@ -42,6 +42,8 @@ def to_openai_messages(system: str | None, messages: list[Message], api: str = "
             names[m.tool_call.id or ""] = m.tool_call.name
             call = m.tool_call
             function = {"name": call.name, "arguments": json.dumps(call.arguments)}
+            if api == "functions" and call.raw is not None:     # AutoGen 0.2 sends the model's own text back
+                function["arguments"] = call.raw
             out.append({"role": "assistant", "content": m.content, "function_call": function} if api == "functions"
                        else {"role": "assistant", "content": m.content, "tool_calls": [{
                            "id": call.id, "type": "function", "function": function}]})
@@ -105,6 +107,7 @@ class OpenAICompatibleModel(ChatModel):
         top_p = request.top_p if self.supports_temperature else None
         for key, value in (("temperature", temperature), ("top_p", top_p),
                            ("presence_penalty", request.presence_penalty if self.supports_temperature else None),
+                           ("frequency_penalty", request.frequency_penalty if self.supports_temperature else None),
                            ("seed", request.seed),
                            (request.max_tokens_name if self.supports_temperature else "max_completion_tokens",
                             request.max_tokens)):
@@ -150,7 +153,6 @@ class OpenAICompatibleModel(ChatModel):
         response.tool_calls = []
         for call in calls:
             args, problem = parse_arguments(call.function.arguments)
-            response.tool_calls.append(ToolCall(call.function.name, args, call.id,
-                                                raw=call.function.arguments if problem else None))
+            response.tool_calls.append(ToolCall(call.function.name, args, call.id, raw=call.function.arguments))
             response.malformed = response.malformed or problem
         return response

@@ -4,8 +4,9 @@ code run in the sandbox, scored by the original's judge (the reward, SR) beside 
 The contract (`benchmark.contract`, ../FIDELITY.md): `original` (the default) scores as the authors' code did: the
 log main.py wrote for the question, completed when "TERMINATE" appears anywhere in it, successful when evaluate.py's
 judge passes on its prediction window (`scoring.py`); a sequential memory admits what main.py's own judge passes,
-TERMINATE or not. `ehrbench` turns on the one improvement, `memory_from=successful` (only completed, passed
-questions enter the memory). The baselines, which the public code does not have, are scored on the last
+TERMINATE or not. `ehrbench` turns on its improvements: `memory_from=successful` (only completed, passed
+questions enter the memory) and `error_text=informative` (a syntax error worded as type, message and line, where the
+original's parser garbled it). The baselines, which the public code does not have, are scored on the last
 observation and the final reply. The strict judge compares the last successful cell's `answer` with the gold values.
 
 Memory modes: `sequential` (the paper's headline EHRAgent) is the original's main.py: each database's questions in one seeded order (`random.Random(seed)`'s
@@ -46,7 +47,8 @@ NAMES = {"ehrsql_mimic_iii": "MIMIC-III", "ehrsql_eicu": "eICU", "treqs": "TREQS
 # their question counts, and carries this prefix, never the paper's bare names
 POOLED = "all_databases/"
 MEMORY_MODES = ("sequential", "frozen", "none")
-CONTRACTS = {"original": {"memory_from": "judged"}, "ehrbench": {"memory_from": "successful"}}
+CONTRACTS = {"original": {"memory_from": "judged", "error_text": "original"},
+             "ehrbench": {"memory_from": "successful", "error_text": "informative"}}
 HEADLINE = {"memory": "sequential", "num_shots": 4, "knowledge": True, "debugging": True, "interactive": True}
 ABLATIONS = {("memory", "frozen"): "w/o long-term memory", ("memory", "none"): "no examples",
              ("knowledge", False): "w/o medical knowledge", ("debugging", False): "w/o debugging",
@@ -154,6 +156,10 @@ class EhrAgentBenchmark(Benchmark):
         if o.get("contract", "original") not in CONTRACTS:
             raise ConfigurationError(f"benchmark.contract={o.get('contract')!r}: choose original (the authors' code, "
                                      "the default) or ehrbench (its improvements on)")
+        if self.choice("error_text") not in ("original", "informative"):
+            raise ConfigurationError(f"benchmark.error_text={o.get('error_text')!r}: choose original (run_code's "
+                                     "parser, garbled syntax errors and all) or informative (type, message and line); "
+                                     "null: as the contract says")
         if self.memory_from() not in ("judged", "successful", "completed"):
             raise ConfigurationError(f"benchmark.memory_from={o.get('memory_from')!r}: choose judged (the original: "
                                      "main.py's judge passed, TERMINATE or not), successful (completed and passed) or "
@@ -191,17 +197,21 @@ class EhrAgentBenchmark(Benchmark):
             raise ConfigurationError(f"benchmark.task_dir={o.get('task_dir')!r}: no such folder; it must hold "
                                      f"{', '.join(FILES.values())} (the project's are in data/tasks/ehragent)")
 
+    def choice(self, option: str) -> str:
+        """An option the contract decides (memory_from, error_text): the run's, else the contract's."""
+        return self.options.get(option) or CONTRACTS.get(self.options.get("contract", "original"),
+                                                          CONTRACTS["original"])[option]
+
     def memory_from(self) -> str:
-        """Which questions a sequential memory admits: the option, else the contract's choice."""
-        return self.options.get("memory_from") or CONTRACTS.get(self.options.get("contract", "original"),
-                                                                 CONTRACTS["original"])["memory_from"]
+        """Which questions a sequential memory admits."""
+        return self.choice("memory_from")
 
     def contract(self) -> tuple[str, list[str]]:
         """The contract, and every setting that departs from it or from the paper's headline EHRAgent."""
         o = self.options
         name = o.get("contract", "original")
-        departures = [f"memory_from={self.memory_from()}"] if self.memory_from() != CONTRACTS[name]["memory_from"] \
-            else []
+        departures = [f"{option}={self.choice(option)}" for option in CONTRACTS[name]
+                      if self.choice(option) != CONTRACTS[name][option]]
         for option, headline in HEADLINE.items():
             value = o.get(option, headline)
             if value != headline:
@@ -274,7 +284,8 @@ class EhrAgentBenchmark(Benchmark):
         db, tables = hosts.databases[task.db_id], table_names(task.db_id)
         tools = CodeInterface(task.db_id, db, tables, task.question, EHRSQL_NOW,
                               settings.model_for("debugger", meter) if ehragent and o["debugging"] else None,
-                              limits, float(o["sql_timeout_s"]), self.sampling("debugger", settings.agent_model))
+                              limits, float(o["sql_timeout_s"]), self.sampling("debugger", settings.agent_model),
+                              self.choice("error_text"))
         sampling = {role: self._sampling(role, settings.agent_model) for role in ("agent", "knowledge")}
         sequential = o["memory"] == "sequential"
         baseline = settings.agent in ("react", "llm2sql", "self_debugging")

@@ -14,7 +14,9 @@ output: ..."), and `autogen_reply` is the proxy's empty auto-reply.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import csv
+import functools
 import io
 import re
 
@@ -52,9 +54,58 @@ def sandbox() -> CodeSandbox:
     return _SANDBOXES[loop]
 
 
-def run_code_text(result: CellResult, code: str, limits: CellLimits) -> str:
+@functools.lru_cache(maxsize=None)
+def code_header() -> list[str]:
+    """The lines the original's run_code executed above every cell (`exec(CodeHeader + cell)`, prompts_mimic.py's
+    CodeHeader whatever the database): they shift the line numbers in a syntax error's repr, and its error parser
+    searches them with the cell's."""
+    return prompts("ehrsql_mimic_iii")["CodeHeader"].split("\n")[:-1]
+
+
+@functools.lru_cache(maxsize=None)
+def unbound_error_line() -> str:
+    """This Python's words for the UnboundLocalError the original's parser raised on a KeyError whose key is on no
+    line (its `error_line` never set); the proxy then showed `Error: <them>`."""
+    def parse():
+        if False:
+            error_line = ""
+        return error_line  # noqa: F821
+    try:
+        parse()
+    except UnboundLocalError as e:
+        return str(e)
+    return ""
+
+
+def original_syntax_text(kind: str, message: str, line: int | None, detail: list) -> str:
+    """run_code's words for a syntax error (SyntaxError, IndentationError, TabError), cut out of the exception's repr
+    as the original cut it: `repr(e).split('(')[0]`, `.split(',')[0].split('(')[1]`, `.split('"')[1]` when the repr
+    names SyntaxError, else the message between `('` and `')`. The repr is this Python's, as the original's
+    `exec(CodeHeader + cell)` made it (file `<string>`, lines after the header's). Where the cut fails (no `"` in
+    the repr) the parser raised out of run_code and the proxy showed `Error: list index out of range`, without the
+    request to fix it."""
+    offset, text, end_line, end_offset = detail
+    shift = len(code_header())
+    error = getattr(builtins, kind)(message, ("<string>", line + shift if line else line, offset, text,
+                                              end_line + shift if end_line else end_line, end_offset))
+    rendered = repr(error)
+    if "SyntaxError" not in rendered:
+        return "Error: " + rendered.split("('")[-1].split("')")[0] + "." + FEEDBACK
+    try:
+        error_type, error_message = rendered.split("(")[0], rendered.split(",")[0].split("(")[1]
+        error_line = rendered.split('"')[1]
+    except IndexError as e:
+        return f"Error: {e}"
+    if error_type and error_line:
+        return f'{error_type}: {error_message}. The error messages occur in the code line "{error_line}".' + FEEDBACK
+    return f"Error: {error_message}." + FEEDBACK
+
+
+def run_code_text(result: CellResult, code: str, limits: CellLimits, error_text: str = "original") -> str:
     """The observation, as the original's run_code words it: str(answer), the reminder to save the answer, or the
-    error's type, message and line followed by the request to fix it."""
+    error's type, message and line followed by the request to fix it. `error_text="informative"` (ehrbench's
+    option) words every syntax error as type, message and line, and names the failing line of a KeyError whose key
+    no line holds, where the original's parser garbled or crashed on them."""
     if result.ended == "ok":
         lines = [line for line in code.split("\n") if line.strip() and not line.strip().startswith("#")]
         if not lines or "answer" not in lines[-1]:
@@ -64,10 +115,16 @@ def run_code_text(result: CellResult, code: str, limits: CellLimits) -> str:
         kind, message, number = result.error["type"], result.error["message"], result.error.get("line")
         lines = code.split("\n")
         line = lines[number - 1] if number and 0 < number <= len(lines) else ""
+        if error_text == "original" and "detail" in result.error:
+            return original_syntax_text(kind, message, number, result.error["detail"])
         if kind == "KeyError":
             message = f"KeyError({message})"
-            line = next((text for text in reversed(lines) if message.split("'")[1:2] and
-                         message.split("'")[1] in text), line)
+            key = message.split("'")[1] if message.split("'")[1:2] else None
+            searched = code_header() + lines if error_text == "original" else lines    # the original's: both
+            found = next((text for text in reversed(searched) if key is not None and key in text), None)
+            if found is None and error_text == "original":     # its parser raised out of run_code (no quote to
+                return "Error: " + ("list index out of range" if key is None else unbound_error_line())  # cut, no line)
+            line = found if found is not None else line
         elif kind == "TypeError":             # the original names the last line that mentions the tool (or the
             key = ""                          # last line of all when none does, empty after a trailing newline)
             for internal, name in TOOL_NAMES.items():
@@ -171,8 +228,9 @@ class CodeInterface:
 
     def __init__(self, db_id: str, db, tables: dict[str, str], question: str, now: str,
                  debugger: MeteredModel | None, limits: CellLimits, sql_timeout_s: float = 60.0,
-                 debugger_sampling: Sampling = HELPER_SAMPLING):
+                 debugger_sampling: Sampling = HELPER_SAMPLING, error_text: str = "original"):
         self.db_id, self.db, self.tables, self.question, self.now = db_id, db, tables, question, now
+        self.error_text = error_text                 # original | informative (run_code_text)
         self.debugger, self.limits, self.sql_timeout_s = debugger, limits, sql_timeout_s
         self.debugger_params = debugger_sampling.request()
         self.last_answer: str | None = None          # str(answer) of the last cell that ran to its end
@@ -239,7 +297,7 @@ class CodeInterface:
             result = await sandbox().run(code, tools="ehrbench.benchmarks.ehragent.toolset",
                                          context={"tables": sorted(self.tables), "now": self.now},
                                          on_tool=self.serve, limits=self.limits)
-            content = run_code_text(result, code, self.limits)
+            content = run_code_text(result, code, self.limits, self.error_text)
             if result.ended == "ok" and content != SAVE_ANSWER:
                 self.last_answer = content
         if self.debugger is not None and ("error" in content or "Error" in content):
