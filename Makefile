@@ -14,7 +14,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test,docs]'
 	touch $@
 
-.PHONY: install run test docs docs-serve docs-screenshots bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-clinsql-tasks bench-agentehr bench-physassist bench-physassist-sessions bench-rate-limits bench-scaleout clean
+.PHONY: install run test docs docs-serve docs-screenshots bench bench-throughput bench-traces bench-probe bench-scale bench-sandbox bench-realism bench-clinsql bench-clinsql-tasks bench-ehragent-tasks bench-agentehr bench-physassist bench-physassist-sessions bench-rate-limits bench-scaleout clean
 install: $(BIN)/.installed
 
 run: install
@@ -58,6 +58,9 @@ bench-clinsql: install
 
 bench-clinsql-tasks: install
 	$(BIN)/python bench/bench_clinsql_tasks.py $(ARGS)
+
+bench-ehragent-tasks: install
+	$(BIN)/python bench/bench_ehragent_tasks.py $(ARGS)
 
 bench-agentehr: install
 	$(BIN)/python bench/bench_agentehr.py $(ARGS)

@@ -3,6 +3,7 @@ levels, and the project's question sets (sizes, and every gold SQL answering wha
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -130,6 +131,21 @@ def test_questions_whose_gold_sql_fails_or_finds_nothing_are_dropped(tmp_path):
     tasks, dropped = resolve(qs, lambda sql: con.execute(sql).fetchall())
     assert [(t.qid, t.answer, t.level) for t in tasks] == [("ok", ["1", "2"], 1)]
     assert [d[0] for d in dropped] == ["empty", "bad", "null"]
+
+
+def test_the_shipped_sets_hold_the_paper_s_level_counts_and_mean_tables():
+    """Table 2's level sizes for MIMIC-III and eICU (the one split that gives its SRs), Table 1's mean tables per
+    question for all three; `make bench-ehragent-tasks` prints the rest."""
+    from ehrbench.benchmarks.ehragent.statistics import PAPER_LEVELS, PAPER_MEAN_TABLES, answer_type, summary
+
+    for db_id, name in FILES.items():
+        stats = summary(load_tasks(TASKS / name, db_id))
+        if PAPER_LEVELS[db_id] is not None:
+            assert stats["levels"] == PAPER_LEVELS[db_id], db_id
+        assert abs(stats["mean_tables"] - PAPER_MEAN_TABLES[db_id]) < 0.005, db_id
+        assert sum(stats["answer_types"].values()) == stats["questions"] and len(stats["answer_types"]) >= 4
+    assert [answer_type(v) for v in (["3"], ["2.5"], ["2104-01-01 00:00:00"], ["f"], ["a", "b"])] == \
+        ["integer", "decimal", "date-time", "text", "list"]
 
 
 @pytest.fixture(scope="module")
@@ -300,3 +316,90 @@ def test_mutants_score_what_the_original_s_rules_say(ehragent_dbs):
         assert (record.reward, record.score_parts.get("completed", 0.0)) == (sr, cr), (name, task.question)
         if hostile_first:
             assert "readonly database" in record.messages[2]["content"]      # refused; the next cell still works
+
+
+WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+
+
+def test_mutant_models_through_the_proxy_score_what_the_original_s_rules_say_on_every_database(ehragent_dbs):
+    """The chatbot scripted with one known defect, played through EHRAgent's own proxy (AutoGen's reply order, the
+    cell sandbox, the debugger, the original's log and judge) on a count question of each database. Expected (SR,
+    CR) from evaluate.py's rules on paper: completed iff TERMINATE is in the log; successful iff the gold is in the
+    window from the end of the last cell's arguments (GPT-4's indented JSON) to the last TERMINATE. A right count
+    written in words is rejected, as the original's substring judge rejects it."""
+    import asyncio
+
+    from ehrbench.agents.code_sandbox import CellLimits
+    from ehrbench.benchmarks.ehragent.agent import EhrAgent, Memory
+    from ehrbench.benchmarks.ehragent.benchmark import score, table_names
+    from ehrbench.benchmarks.ehragent.prompts import initial_memory
+    from ehrbench.benchmarks.ehragent.reference import tool_plan
+    from ehrbench.benchmarks.ehragent.tools import CodeInterface
+    from ehrbench.llm.base import ChatResponse
+    from ehrbench.runtime.hosts import LocalHost
+    from ehrbench.trial import Limits, ToolCall, run_trial
+
+    from .test_ehragent_proxy import Fixed
+
+    class Chatbot:
+        def __init__(self, replies):
+            self.replies = list(replies)
+
+        async def complete(self, request):
+            reply = self.replies.pop(0) if self.replies else None
+            if isinstance(reply, dict):                      # a python call, its arguments as GPT-4 wrote them
+                raw = json.dumps(reply, indent=2)
+                return ChatResponse(text=None, tool_calls=[ToolCall("python", reply, "", raw=raw)])
+            return ChatResponse(text=reply)
+
+    def count_task(db_id):
+        for t in load_tasks(TASKS / FILES[db_id], db_id):
+            cell = tool_plan(db_id, t.question) if db_id != "treqs" else \
+                f"rows = SQLInterpreter({t.gold_sql!r})\nanswer = rows[0][0]"
+            if cell and re.match(r"\s*select\s+count", t.gold_sql, re.I) and t.answer[0] in WORDS[1:] + \
+                    [str(i) for i in range(1, len(WORDS))]:
+                return t, cell
+        raise AssertionError(f"no small count question in {db_id}")
+    first_table = {"ehrsql_mimic_iii": "admissions", "ehrsql_eicu": "patient", "treqs": "DEMOGRAPHIC"}
+    cases = {   # name: replies after the right cell ({a}: the gold; {w}: the gold in words), expected (SR, CR)
+        "right": (["The answer is {a}.\nTERMINATE"], 1, 1),
+        "wrong value, said TERMINATE": ([{"cell": "answer = 'nothing'"}, "The answer is nothing.\nTERMINATE"], 0, 1),
+        "never says TERMINATE, up to the proxy's limit": (["The answer is {a}."] * 12, 0, 0),
+        "TERMINATE. mid-text, then TERMINATE": (["The answer is {a}. TERMINATE.", "TERMINATE"], 1, 1),
+        "right, in words the judge rejects": ([{"cell": "answer = '{w}'"}, "The answer is {w}.\nTERMINATE"], 0, 1),
+        "hostile SQL first, then right": (None, 1, 1),
+    }
+
+    async def one(db_id, task, cell, replies):
+        host = LocalHost(ehragent_dbs[db_id])
+        tools = CodeInterface(db_id, host, table_names(db_id), task.question, "2105-12-31 23:59:00",
+                              Fixed("REASON"), CellLimits(cpu_s=10, wall_s=30))
+        agent = EhrAgent(Chatbot(replies), Fixed("NOTE"), db_id, Memory(initial_memory(db_id)), proxy=tools)
+
+        async def scored(record):
+            return score(task, record, tools, agent, "NOTE", "judged")
+        return await run_trial(task.key, 0, agent, None, tools, scored, Limits(max_steps=11), opening=task.question)
+
+    async def all_of_them():
+        out = []
+        for db_id in FILES:
+            task, cell = count_task(db_id)
+            gold = task.answer[0]
+            for name, (after, sr, cr) in cases.items():
+                hostile = {"cell": f"answer = SQLInterpreter('drop table {first_table[db_id]}')"}
+                replies = [hostile, {"cell": cell}, "The answer is {a}.\nTERMINATE"] if after is None else \
+                    [{"cell": cell}, *after]
+                replies = [r.format(a=gold, w=WORDS[int(gold)]) if isinstance(r, str) else
+                           {"cell": r["cell"].replace("{w}", WORDS[int(gold)])} for r in replies]
+                out.append((db_id, name, sr, cr, after is None, await one(db_id, task, cell, replies)))
+        return out
+    loop = asyncio.new_event_loop()
+    try:
+        results = loop.run_until_complete(all_of_them())
+    finally:
+        loop.close()
+    for db_id, name, sr, cr, hostile_first, record in results:
+        assert record.valid, (db_id, name, record.termination)
+        assert (record.reward, record.score_parts["completed"]) == (sr, cr), (db_id, name)
+        if hostile_first:
+            assert "readonly" in record.messages[2]["content"], (db_id, record.messages[2]["content"])

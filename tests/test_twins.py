@@ -117,6 +117,21 @@ def test_ehragent_sends_what_its_authors_harness_sent_and_scores_the_same(ehrage
     assert not compare_scores(fixture, got.scores)
 
 
+def test_the_ehragent_twin_sees_a_changed_fallback_penalty_argument_text_or_score(ehragent_runs):
+    fixture, got = ehragent_runs["failures"]
+    task = next(iter(fixture.requests))
+    for role, change in (("chatbot", lambda r: r["messages"][1].__setitem__("content", r["messages"][1]["content"]
+                                                                            .replace("Fail to retrieve", "Failed to retrieve", 1))),
+                         ("knowledge", lambda r: r.__setitem__("frequency_penalty", 0.1)),
+                         ("chatbot", lambda r: next(m for m in r["messages"] if m.get("function_call"))["function_call"]
+                          .__setitem__("arguments", '{"cell": "answer = 1"}'))):
+        mutated = copy.deepcopy(got.requests)
+        change(mutated[task][role][-1]["body"])
+        assert compare(fixture, mutated, {"chatbot", "knowledge", "debugger"}), (role, "a change no comparison saw")
+    assert compare_scores(fixture, {**got.scores, task: [[1.0, 1.0]] if got.scores[task] != [[1.0, 1.0]] else
+                                    [[0.0, 1.0]]})
+
+
 def test_normalising_drops_only_the_wire_noise():
     a = {"model": "m", "n": 1, "messages": [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_abc", "function": {"name": "f", "arguments": '{"x": 1}'}}]},

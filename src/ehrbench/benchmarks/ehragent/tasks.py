@@ -105,14 +105,19 @@ class Task:
         return d
 
 
-def complexity_level(sql: str) -> int:
-    """Distinct tables named in the query's FROM and JOIN clauses (EHRAgent's complexity level)."""
+def tables_read(sql: str) -> set[str]:
+    """The tables named in the query's FROM and JOIN clauses (lowercase; a CTE's name is not a table)."""
     import sqlglot
     from sqlglot import exp
 
     tree = sqlglot.parse_one(sql, read="sqlite")
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-    return len({t.name.lower() for t in tree.find_all(exp.Table) if t.name.lower() not in ctes}) or 1
+    return {t.name.lower() for t in tree.find_all(exp.Table) if t.name.lower() not in ctes}
+
+
+def complexity_level(sql: str) -> int:
+    """Distinct tables the query reads (EHRAgent's complexity level)."""
+    return len(tables_read(sql)) or 1
 
 
 def answer_values(rows: list[tuple]) -> list[str]:
