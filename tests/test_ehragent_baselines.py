@@ -240,6 +240,14 @@ def test_the_contract_and_every_departure_from_it_are_named():
                                              "num_shots=8"])
     improved = EhrAgentBenchmark({**conf, "contract": "ehrbench"})
     assert improved.contract() == ("ehrbench", []) and improved.memory_from() == "successful"
+    assert (default.choice("error_text"), improved.choice("error_text")) == ("original", "informative")
+    assert EhrAgentBenchmark({**conf, "error_text": "informative"}).contract() == ("original",
+                                                                                  ["error_text=informative"])
+    assert (default.prompt_set("treqs"), EhrAgentBenchmark({**conf, "treqs_prompts": "eicu"}).prompt_set("treqs"),
+            default.prompt_set("ehrsql_eicu")) == ("treqs", "ehrsql_eicu", "ehrsql_eicu")
+    for option, value in (("error_text", "terse"), ("treqs_prompts", "mimic")):
+        with pytest.raises(ConfigurationError, match=f"benchmark.{option}='{value}': choose"):
+            EhrAgentBenchmark({**conf, option: value}).check()
     with pytest.raises(ConfigurationError, match="benchmark.contract='paper': choose original"):
         EhrAgentBenchmark({**conf, "contract": "paper"}).check()
     with pytest.raises(ConfigurationError, match="benchmark.num_shots=-1"):

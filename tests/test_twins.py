@@ -98,7 +98,8 @@ def ehragent_runs(ray_cluster, shared_world, tmp_path_factory):
     def run(fixture):
         tmp = tmp_path_factory.mktemp(f"twin-ehragent-{fixture.scenario}")
         for db, name in ehragent.FILES.items():
-            (tmp / name).write_text(json.dumps([t for t in fixture.tasks if ehragent.db_of(t) == db]))
+            items = [t for t in fixture.tasks if ehragent.db_of(t) == db]
+            (tmp / name).write_text("\n".join(json.dumps(t) for t in items) if db == "treqs" else json.dumps(items))
         got = replay(fixture, ehragent.router(fixture.tasks), [*fixture.ehrbench["overrides"],
                                                                f"data.root={shared_world / 'gen'}"],
                      {"task_dir": str(tmp), "address": ray_cluster.address}, tmp / "mlruns")

@@ -3,16 +3,17 @@
 
 What the released code reads, and where this twin puts it (in the harness's working copy, never in this project):
 - the question file `--data_path` (a JSON array of {id, template, answer, ...}): `data/<dataset>.json`, the
-  project's items unchanged;
+  project's EHRSQL items unchanged, TREQS's MIMICSQL items as {id: key, template: question_refine, answer};
 - the tables and the database, at paths written into `tools/tabtools.py` as `<YOUR_DATASET_PATH>/ehrsql/mimic_iii/`
   (relative paths, so a folder of that very name in the working directory serves them, the code untouched); the
-  released LoadDB knows MIMIC-III's table names only, so on eICU its scenarios go through SQLInterpreter, which
-  reads whichever database lies at that path;
+  released LoadDB knows MIMIC-III's table names only, so on eICU and TREQS its scenarios go through
+  SQLInterpreter, which reads whichever database lies at that path;
 - the model and endpoint, in `ehragent/config.py`'s placeholders, as its README asks a user to fill them (an Azure
   deployment `gpt-4o` at the provider; `api_type` written `azure`: the shipped `"AZURE"` is passed on to
   openai 1.7.2's `create` by pyautogen 0.2.0, whose every chatbot call then fails with a TypeError);
 - the scores: the authors' `evaluate.py`, unchanged, run once per question on its log (`logs/<dataset>/4/<id>.txt`).
-The original has no TREQS prompts or loader (ehrbench's TREQS prompts are its own), so there is no TREQS twin.
+The original has no TREQS prompts: its main.py loads eICU's for any `--dataset` but mimic_iii, so on TREQS ehrbench
+runs with `benchmark.treqs_prompts=eicu` (its own TREQS prompts are the default).
 
 The scripts are written from the tasks (their questions, gold answers and the reference's tool cells), never from
 what a harness answered, so one script plays both harnesses.
@@ -30,28 +31,38 @@ from .kit import has_tools, system_text
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = ROOT / "data" / "tasks" / "ehragent"
-DATASETS = {"ehrsql_mimic_iii": "mimic_iii", "ehrsql_eicu": "eicu"}        # db -> the original's --dataset
-FILES = {"ehrsql_mimic_iii": "mimic_iii.json", "ehrsql_eicu": "eicu.json"}
-# two questions per database whose gold SQL reads no clock (the original's SQLite reads the real one)
+DATASETS = {"ehrsql_mimic_iii": "mimic_iii", "ehrsql_eicu": "eicu", "treqs": "treqs"}   # db -> its --dataset
+FILES = {"ehrsql_mimic_iii": "mimic_iii.json", "ehrsql_eicu": "eicu.json", "treqs": "treqs.jsonl"}
+# two questions per database whose gold SQL reads no clock (the original's SQLite reads the real one); on TREQS
+# a retrieval and a count
+TREQS_COUNT = "ba8fb289f579b54424fe2bbe"
 PICKED = {"ehrsql_mimic_iii": ["015efc3065ac97b4a7c66a56", "25512a940e8dbd6f0485b651"],
-          "ehrsql_eicu": ["a485417f5e8e074e2ce9833e", "abe6c2c15b05b7aee774fc98"]}
+          "ehrsql_eicu": ["a485417f5e8e074e2ce9833e", "abe6c2c15b05b7aee774fc98"],
+          "treqs": ["c0f3c7483ec3a1c622c8dadb", TREQS_COUNT]}
 DATA = "<YOUR_DATASET_PATH>"                   # tabtools.py's paths, relative to the working directory
 ENVIRONMENT = {"PYTHONPATH": "{work}"}         # the cells' `from tools import tabtools` (the repository's root)
 COMMAND = ["ehragent/main.py", "--llm", "<YOUR_OWN_GPT_MODEL_I>", "--dataset", "{dataset}", "--data_path",
            "{data_path}", "--logs_path", "{logs_path}", "--num_questions", "-1", "--seed", "0"]
-EHRBENCH_OVERRIDES = {scenario: ["benchmark=ehragent", "benchmark.task_dir={task_dir}",
-                                 "benchmark.databases=[ehrsql_mimic_iii,ehrsql_eicu]", "trials=1", "model=gpt-4o",
-                                 "model.base_url={url}/v1", "data.dictionary=used"]
+EHRBENCH_OVERRIDES = {scenario: ["benchmark=ehragent", "benchmark.task_dir={task_dir}", "benchmark.treqs_prompts=eicu",
+                                 "trials=1", "model=gpt-4o", "model.base_url={url}/v1", "data.dictionary=used"]
                       for scenario in ("clean", "edge", "failures")}
 DIFFERENCES: list[dict] = []
 
 
 def db_of(item: dict) -> str:
-    return f"ehrsql_{item['db_id']}"
+    return "treqs" if "question_refine" in item else f"ehrsql_{item['db_id']}"
+
+
+def qid(item: dict) -> str:
+    return item["key"] if db_of(item) == "treqs" else item["id"]
+
+
+def question(item: dict) -> str:
+    return item["question_refine"] if db_of(item) == "treqs" else item["template"]
 
 
 def key(item: dict) -> str:
-    return f"{db_of(item)}/{item['id']}"
+    return f"{db_of(item)}/{qid(item)}"
 
 
 def role_of(path: str, body: dict) -> str:
@@ -65,7 +76,7 @@ def role_of(path: str, body: dict) -> str:
 def router(tasks: list[dict]):
     """(path, body) -> (task, role): the task is the question asked last in the request's first user message (the
     chatbot's opening lists remembered questions as examples before its own; the helpers name one question)."""
-    questions = {key(t): t["template"] for t in tasks}
+    questions = {key(t): question(t) for t in tasks}
 
     def route(path: str, body: dict):
         opening = next((m.get("content") or "" for m in body.get("messages") or [] if m.get("role") == "user"), "")
@@ -74,10 +85,15 @@ def router(tasks: list[dict]):
     return route
 
 
+def items_of(db: str) -> list[dict]:
+    text = (TASK_DIR / FILES[db]).read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()] if db == "treqs" else json.loads(text)
+
+
 def pick_tasks() -> list[dict]:
     out = []
     for db, ids in PICKED.items():
-        items = {i["id"]: i for i in json.loads((TASK_DIR / FILES[db]).read_text())}
+        items = {qid(i): i for i in items_of(db)}
         out += [items[i] for i in ids]
     return out
 
@@ -86,17 +102,19 @@ def pick_tasks() -> list[dict]:
 def _gold_sql(item: dict) -> str:
     from ehrbench.benchmarks.ehragent.tasks import load_tasks
 
-    return next(t.gold_sql for t in load_tasks(TASK_DIR / FILES[db_of(item)], db_of(item)) if t.qid == item["id"])
+    return next(t.gold_sql for t in load_tasks(TASK_DIR / FILES[db_of(item)], db_of(item)) if t.qid == qid(item))
 
 
 def right_cell(item: dict) -> str:
     """The reference's cell: LoadDB, FilterDB and GetValue on MIMIC-III; the gold SQL through SQLInterpreter on
-    eICU (the released LoadDB knows no eICU table)."""
+    eICU and TREQS (the released LoadDB knows neither's tables)."""
     from ehrbench.benchmarks.ehragent.reference import tool_plan
 
     if db_of(item) == "ehrsql_mimic_iii":
         return tool_plan(db_of(item), item["template"])
-    return f'rows = SQLInterpreter("{_gold_sql(item)}")\nanswer = rows[0][0]'
+    sql = _gold_sql(item)
+    return f'rows = SQLInterpreter("{sql}")\nanswer = rows[0][0]' if '"' not in sql else \
+        f"rows = SQLInterpreter({sql!r})\nanswer = rows[0][0]"
 
 
 def cell(code: str, style: str = "indented") -> dict:
@@ -114,7 +132,7 @@ def said(item: dict, ending: str = "\nTERMINATE") -> dict:
 
 
 def knowledge(item: dict) -> list[dict]:
-    return [{"text": f"- The question {item['id'][:6]} reads the tables linked by their ids."}]
+    return [{"text": f"- The question {qid(item)[:6]} reads the tables linked by their ids."}]
 
 
 def clean(item: dict) -> dict[str, list[dict]]:
@@ -139,7 +157,7 @@ def edge(item: dict) -> dict[str, list[dict]]:
     function, then the right cell written without spaces (the first question of each database: the whole chat is
     judged) or with (the second: nothing is), and the answer."""
     calls = [cell(code, style) for code, style in EDGE_CELLS.values()]
-    style = "compact" if item["id"] == PICKED[db_of(item)][0] else "spaced"
+    style = "compact" if qid(item) == PICKED[db_of(item)][0] else "spaced"
     debugged = [name for name in EDGE_CELLS if name != "no answer on the last line"] + ["unknown function"]
     return {"knowledge": knowledge(item),
             "chatbot": [*calls, {**cell("ls"), "tool": "shell"}, cell(right_cell(item), style), said(item)],
@@ -151,7 +169,7 @@ def failures(item: dict) -> dict[str, list[dict]]:
     the debugger twice for the first error; then the first question of each database ends its reply with
     "TERMINATE." (not the proxy's ending: the chat goes on) before a bare TERMINATE, and the second never says
     TERMINATE, up to the proxy's 10 auto-replies."""
-    first = item["id"] == PICKED[db_of(item)][0]
+    first = qid(item) == PICKED[db_of(item)][0]
     chat = [said(item, " TERMINATE."), {"text": "TERMINATE"}] if first else [said(item, "")] * 10
     return {"knowledge": [{"text": ""}, {"text": ""}],
             "chatbot": [cell("rows = SQLInterpreter('select nothing from nowhere')\nanswer = rows"),
@@ -178,7 +196,9 @@ def export(out: Path, tasks: list[dict], databases: dict[str, Path], url: str) -
     deployment)."""
     (out / "data").mkdir(exist_ok=True)
     for db, dataset in DATASETS.items():
-        (out / "data" / f"{dataset}.json").write_text(json.dumps([t for t in tasks if db_of(t) == db], indent=1))
+        items = [t if db != "treqs" else {"id": qid(t), "template": question(t), "answer": t["answer"], **t}
+                 for t in tasks if db_of(t) == db]
+        (out / "data" / f"{dataset}.json").write_text(json.dumps(items, indent=1))
         (out / "logs" / dataset / "4").mkdir(parents=True, exist_ok=True)
     config = out / "ehragent" / "config.py"
     text = config.read_text()
@@ -216,7 +236,7 @@ def original_scores(out: Path, python: str) -> dict[str, list[list[float]]]:
     it, then opening `<YOUR_LOGS_PATH>` + the file's name) and the answers at `<YOUR_DATASET_PATH>`, relative to
     where it runs; run once per log in a folder of its own, so each verdict is one question's."""
     scores = {}
-    for dataset in DATASETS.values():
+    for db, dataset in DATASETS.items():
         for log in sorted((out / "logs" / dataset / "4").glob("*.txt")):
             scratch = out / "evaluate" / dataset / log.stem
             (scratch / "<YOUR_LOGS_PATH>").mkdir(parents=True, exist_ok=True)
@@ -227,5 +247,5 @@ def original_scores(out: Path, python: str) -> dict[str, list[list[float]]]:
                                  capture_output=True, check=True)
             stats = ast.literal_eval(run.stdout.strip().splitlines()[-1])
             assert stats["total_num"] == 1, (log, stats)
-            scores[f"ehrsql_{dataset}/{log.stem}"] = [[float(stats["correct"]), 1.0 - stats["unfinished"]]]
+            scores[f"{db}/{log.stem}"] = [[float(stats["correct"]), 1.0 - stats["unfinished"]]]
     return scores

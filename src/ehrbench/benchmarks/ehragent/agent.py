@@ -101,8 +101,9 @@ class EhrAgent:
     def __init__(self, model: MeteredModel, knowledge_model: MeteredModel | None, db_id: str, memory: Memory,
                  seed: int | None = None, num_shots: int = NUM_SHOTS, max_executions: int = MAX_EXECUTIONS,
                  proxy=None, sampling: dict[str, Sampling] | None = None):
-        """`sampling`: what the chatbot's (`agent`) and the knowledge call's requests send (the benchmark's table;
-        by default the original's), `seed` filling a `"trial"` seed."""
+        """`db_id`: whose prompt file the agent writes from (its database's, or eICU's for TREQS with
+        `treqs_prompts=eicu`); `sampling`: what the chatbot's (`agent`) and the knowledge call's requests send (the
+        benchmark's table; by default the original's), `seed` filling a `"trial"` seed."""
         self.model, self.knowledge_model, self.db_id, self.memory, self.seed = model, knowledge_model, db_id, memory, seed
         sampling = {"agent": Sampling(temperature=0.0), "knowledge": HELPER_SAMPLING, **(sampling or {})}
         self.params = {role: s.request(seed) for role, s in sampling.items()}

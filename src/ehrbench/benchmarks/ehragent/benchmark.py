@@ -156,6 +156,10 @@ class EhrAgentBenchmark(Benchmark):
         if o.get("contract", "original") not in CONTRACTS:
             raise ConfigurationError(f"benchmark.contract={o.get('contract')!r}: choose original (the authors' code, "
                                      "the default) or ehrbench (its improvements on)")
+        if o.get("treqs_prompts", "ehrbench") not in ("ehrbench", "eicu"):
+            raise ConfigurationError(f"benchmark.treqs_prompts={o.get('treqs_prompts')!r}: choose ehrbench (TREQS "
+                                     "prompts written in the MIMIC-III file's structure) or eicu (what the released "
+                                     "main.py loads for --dataset treqs)")
         if self.choice("error_text") not in ("original", "informative"):
             raise ConfigurationError(f"benchmark.error_text={o.get('error_text')!r}: choose original (run_code's "
                                      "parser, garbled syntax errors and all) or informative (type, message and line); "
@@ -201,6 +205,11 @@ class EhrAgentBenchmark(Benchmark):
         """An option the contract decides (memory_from, error_text): the run's, else the contract's."""
         return self.options.get(option) or CONTRACTS.get(self.options.get("contract", "original"),
                                                           CONTRACTS["original"])[option]
+
+    def prompt_set(self, db: str) -> str:
+        """Whose prompt file a database's questions get: its own, or for TREQS with `treqs_prompts=eicu` eICU's, the
+        file the released main.py loads for any `--dataset` but mimic_iii (it has no TREQS prompts)."""
+        return "ehrsql_eicu" if db == "treqs" and self.options.get("treqs_prompts", "ehrbench") == "eicu" else db
 
     def memory_from(self) -> str:
         """Which questions a sequential memory admits."""
@@ -285,7 +294,7 @@ class EhrAgentBenchmark(Benchmark):
         tools = CodeInterface(task.db_id, db, tables, task.question, EHRSQL_NOW,
                               settings.model_for("debugger", meter) if ehragent and o["debugging"] else None,
                               limits, float(o["sql_timeout_s"]), self.sampling("debugger", settings.agent_model),
-                              self.choice("error_text"))
+                              self.choice("error_text"), self.prompt_set(task.db_id))
         sampling = {role: self._sampling(role, settings.agent_model) for role in ("agent", "knowledge")}
         sequential = o["memory"] == "sequential"
         baseline = settings.agent in ("react", "llm2sql", "self_debugging")
@@ -294,14 +303,16 @@ class EhrAgentBenchmark(Benchmark):
             agent = BaselineAgent(settings.agent, settings.model_for("agent", meter), task.db_id, db, tables, seed,
                                   sampling["agent"])
         elif autogen:
-            agent = EhrAgent(settings.model_for("agent", meter), None, task.db_id,
-                             Memory(initial_memory(task.db_id)), seed, proxy=tools, sampling=sampling)
+            agent = EhrAgent(settings.model_for("agent", meter), None, self.prompt_set(task.db_id),
+                             Memory(initial_memory(self.prompt_set(task.db_id))), seed, proxy=tools, sampling=sampling)
         elif ehragent:
             learned = memory_file_items(str(o["memory_file"])).get(task.db_id, []) if o.get("memory_file") else []
-            memory = (SharedMemory(initial_memory(task.db_id), hosts.memory, memory_stream(task.db_id, trial))
-                      if sequential else Memory(initial_memory(task.db_id) + learned if o["memory"] == "frozen" else []))
+            shots = initial_memory(self.prompt_set(task.db_id))
+            memory = (SharedMemory(shots, hosts.memory, memory_stream(task.db_id, trial))
+                      if sequential else Memory(shots + learned if o["memory"] == "frozen" else []))
             agent = EhrAgent(settings.model_for("agent", meter),
-                             settings.model_for("knowledge", meter) if o["knowledge"] else None, task.db_id, memory,
+                             settings.model_for("knowledge", meter) if o["knowledge"] else None,
+                             self.prompt_set(task.db_id), memory,
                              seed, num_shots=int(o.get("num_shots", 4)),
                              max_executions=10 if o.get("interactive", True) else 1, proxy=tools, sampling=sampling)
         else:
@@ -367,7 +378,7 @@ class EhrAgentBenchmark(Benchmark):
         out = {"ehragent.chatbot_system": CHATBOT_SYSTEM, "ehragent.knowledge_system": KNOWLEDGE_SYSTEM,
                "ehragent.debugger_system": DEBUGGER_SYSTEM}
         for db in self.options["databases"]:
-            p = prompts(db)
+            p = prompts(self.prompt_set(db))
             out.update({f"ehragent.{db}.knowledge": p["RetrKnowledge"], f"ehragent.{db}.message": p["EHRAgent_Message_Prompt"],
                         f"ehragent.{db}.debugger": p["CodeDebugger"]})
         return out

@@ -228,9 +228,11 @@ class CodeInterface:
 
     def __init__(self, db_id: str, db, tables: dict[str, str], question: str, now: str,
                  debugger: MeteredModel | None, limits: CellLimits, sql_timeout_s: float = 60.0,
-                 debugger_sampling: Sampling = HELPER_SAMPLING, error_text: str = "original"):
+                 debugger_sampling: Sampling = HELPER_SAMPLING, error_text: str = "original",
+                 prompt_set: str | None = None):
         self.db_id, self.db, self.tables, self.question, self.now = db_id, db, tables, question, now
         self.error_text = error_text                 # original | informative (run_code_text)
+        self.prompt_set = prompt_set or db_id        # whose prompt file the debugger's prompt comes from
         self.debugger, self.limits, self.sql_timeout_s = debugger, limits, sql_timeout_s
         self.debugger_params = debugger_sampling.request()
         self.last_answer: str | None = None          # str(answer) of the last cell that ran to its end
@@ -308,6 +310,6 @@ class CodeInterface:
         """Rubber-duck debugging: one call listing the single most likely cause (the table's parameters). As the
         original's `code_debugger` (2 tries): an empty reply, one cut off or blocked before any text, or a request
         the provider refuses, is tried once more, then the original's fallback text stands in."""
-        prompt = prompts(self.db_id)["CodeDebugger"].format(question=self.question, code=code, error_info=error_info)
+        prompt = prompts(self.prompt_set)["CodeDebugger"].format(question=self.question, code=code, error_info=error_info)
         return await helper_text(self.debugger, ChatRequest([Message("user", prompt)], system=DEBUGGER_SYSTEM,
                                                             **self.debugger_params), DEBUGGER_FALLBACK)
