@@ -251,3 +251,30 @@ def test_a_tail_event_reads_the_same_in_every_rendering(tmp_path):
                subject, lab["mimic"])
     assert one(treqs, "SELECT COUNT(*) FROM LAB WHERE SUBJECT_ID = ? AND LABEL = ? AND FLUID = ? AND CATEGORY = ?",
                subject, lab["label"], lab["fluid"], lab["category"])
+
+
+def test_ehrsql_s_sample_size_and_denser_vitals_are_world_size_choices():
+    """EHRSQL's 1,000-patient samples come from the world's first patients of each site, TREQS keeps every MIMIC-site
+    patient; vitals charted every 60 min (MIMIC site) / 5 min (eICU sites) over the whole stay instead of every 2 h
+    over the last 72 h. The defaults leave the world as it was (the twins' database digests hold that)."""
+    from datetime import timedelta
+
+    from ehrbench.schemas import ehrsql_eicu, ehrsql_mimic_iii, treqs
+    from ehrbench.world.generator import WorldSize, generate_patients
+
+    size = WorldSize(scale=20, ehrsql_patients=1000)
+    assert (ehrsql_mimic_iii.patient_range(size), treqs.patient_range(size), ehrsql_eicu.patient_range(size)) == \
+        ((0, 1000), (0, 2000), (2000, 3000))
+    assert ehrsql_eicu.patient_range(WorldSize()) == (0, 1800) and treqs.patient_range(WorldSize()) == (0, 100)
+
+    def stays(size, start, stop):
+        return [s for p in generate_patients(0, size, start, stop) for a in p.admissions for s in a.icu_stays
+                if s.outtime is not None]
+    dense = WorldSize(vitals_every_min=(60, 5), vitals_window_h=None)
+    for start, every in ((0, 60), (100, 5)):                      # MIMIC-site patients, then eICU-site ones
+        sparse_stays, dense_stays = stays(WorldSize(), start, start + 30), stays(dense, start, start + 30)
+        assert sum(len(s.vitals) for s in dense_stays) > 2 * sum(len(s.vitals) for s in sparse_stays)
+        for stay in dense_stays[:5]:
+            times = sorted({v.time for v in stay.vitals if v.vital == "hr"})
+            assert {b - a for a, b in zip(times, times[1:])} == {timedelta(minutes=every)}
+            assert times[0] == stay.intime and stay.outtime - times[-1] <= timedelta(minutes=every)

@@ -22,7 +22,13 @@ from .writer import Ids, Rows
 
 DB_ID = "ehrsql_eicu"
 ID_POOLS = eicu_star.ID_POOLS           # the same ids as eICU*: the same patients, stays and units
-patient_range = eicu_star.patient_range
+
+
+def patient_range(size: WorldSize) -> tuple[int, int]:
+    """eICU*'s patients, or where EHRSQL's sample size is set the first `size.ehrsql_patients` of the eICU sites'."""
+    if size.ehrsql_patients is None:
+        return eicu_star.patient_range(size)
+    return size.n_mimic, size.n_mimic + min(size.n_eicu, size.ehrsql_patients)
 
 # eICU* table -> (EHRSQL table, eICU* column -> EHRSQL column): Table 13 of the EHR-ChatQA paper, read backwards.
 RENAMES = {

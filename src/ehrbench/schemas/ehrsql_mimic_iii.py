@@ -88,7 +88,13 @@ ID_POOLS = {
 
 
 def patient_range(size: WorldSize) -> tuple[int, int]:
-    """The world's patient indices this database renders: the MIMIC site's, as MIMIC-IV* renders."""
+    """The world's patient indices this database renders: the MIMIC site's, as MIMIC-IV* renders (the first
+    `size.ehrsql_patients` of them where EHRSQL's sample size is set)."""
+    return 0, min(size.n_mimic, size.ehrsql_patients or size.n_mimic)
+
+
+def site_patients(size: WorldSize) -> tuple[int, int]:
+    """All of the MIMIC site's patients (TREQS holds every MIMIC-III admission)."""
     return 0, size.n_mimic
 
 

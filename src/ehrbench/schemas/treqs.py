@@ -30,7 +30,7 @@ from .writer import Ids, Rows
 
 DB_ID = "treqs"
 ID_POOLS = ehrsql_mimic_iii.ID_POOLS
-patient_range = ehrsql_mimic_iii.patient_range
+patient_range = ehrsql_mimic_iii.site_patients     # all of them, whatever EHRSQL's sample
 
 COLUMNS = {
     "DEMOGRAPHIC": [("SUBJECT_ID", INTEGER), ("HADM_ID", INTEGER), ("NAME", TEXT), ("MARITAL_STATUS", TEXT),

@@ -20,11 +20,17 @@ YEAR_START = datetime(2100, 1, 1)
 
 @dataclass(frozen=True)
 class WorldSize:
-    """How big a world is. `scale` multiplies the patient counts (1.0 is demo-sized)."""
+    """How big and how dense a world is. `scale` multiplies the patient counts (1.0 is demo-sized). Vital signs are
+    charted every `vitals_every_min` minutes (at the MIMIC site, at the eICU sites) over at most the stay's last
+    `vitals_window_h` hours (None: the whole stay); `ehrsql_patients` caps the patients EHRSQL's renderings take
+    (the first of the MIMIC site's, of the eICU sites'), as EHRSQL sampled 1,000 per database."""
     mimic_patients: int = 100
     eicu_patients: int = 1700
     eicu_hospitals: int = 24
     scale: float = 1.0
+    vitals_every_min: tuple[int, int] = (120, 120)
+    vitals_window_h: int | None = 72
+    ehrsql_patients: int | None = None
 
     @property
     def n_mimic(self) -> int:
@@ -51,10 +57,13 @@ CURRENT_SHARE = {True: 0.1, False: 0.05}
 class _PatientBuilder:
     """Builds one patient with its own RNG; kept as a class so each step reads as one short method."""
 
-    def __init__(self, vocab: Vocabulary, seed: int, index: int, hospital: int, mimic: bool):
+    def __init__(self, vocab: Vocabulary, seed: int, index: int, hospital: int, mimic: bool,
+                 size: WorldSize = WorldSize()):
         self.v = vocab
         self.rng = random.Random(f"{seed}/patient/{index}")
         self.seed, self.index, self.hospital, self.mimic = seed, index, hospital, mimic
+        self.vitals_every = timedelta(minutes=size.vitals_every_min[0 if mimic else 1])
+        self.vitals_window = timedelta(hours=size.vitals_window_h) if size.vitals_window_h else None
 
     def build(self) -> Patient:
         rng, v = self.rng, self.v
@@ -256,7 +265,8 @@ class _PatientBuilder:
         return stay
 
     def _vitals(self, stay: IcuStay, coded: set[str], end: datetime) -> None:
-        """Charted every 2 hours over (at most) the last 72 hours of the stay; a current stay up to the minute."""
+        """Charted every 2 hours (`WorldSize.vitals_every_min`) over (at most) the last 72 hours of the stay
+        (`vitals_window_h`); a current stay up to the minute."""
         rng, v = self.rng, self.v
         vital_mult = {}
         for key in sorted(coded):
@@ -265,11 +275,12 @@ class _PatientBuilder:
         charted = [k for k, spec in v.vitals.items()
                    if k != "weight" and (stay.arterial_line or not spec.get("arterial"))]
         times = []
-        t = stay.intime if stay.outtime is not None else max(stay.intime, end - timedelta(hours=72))
-        window_end = min(end, t + timedelta(hours=72))
+        window = self.vitals_window or (end - stay.intime)
+        t = stay.intime if stay.outtime is not None else max(stay.intime, end - window)
+        window_end = min(end, t + window)
         while t < window_end:
             times.append(t)
-            t += timedelta(hours=2)
+            t += self.vitals_every
         if stay.outtime is None:
             times.append(_minute(NOW - timedelta(minutes=rng.uniform(1, 50))))
         for t in times:
@@ -368,10 +379,10 @@ def generate_patients(seed: int, size: WorldSize, start: int = 0, stop: int | No
     patients = []
     for i in range(start, stop):
         if i < size.n_mimic:
-            patients.append(_PatientBuilder(v, seed, i, 0, mimic=True).build())
+            patients.append(_PatientBuilder(v, seed, i, 0, mimic=True, size=size).build())
         else:
             hosp = 1 + random.Random(f"{seed}/site/{i}").randrange(size.eicu_hospitals)
-            patients.append(_PatientBuilder(v, seed, i, hosp, mimic=False).build())
+            patients.append(_PatientBuilder(v, seed, i, hosp, mimic=False, size=size).build())
     return patients
 
 
