@@ -291,10 +291,11 @@ class EhrAgentBenchmark(Benchmark):
         ehragent = settings.agent == "ehragent"
         autogen = settings.agent == "autogen"        # EHRAgent's chat without knowledge, debugging or memory
         db, tables = hosts.databases[task.db_id], table_names(task.db_id)
+        prompt_set = self.prompt_set(task.db_id)
         tools = CodeInterface(task.db_id, db, tables, task.question, EHRSQL_NOW,
                               settings.model_for("debugger", meter) if ehragent and o["debugging"] else None,
                               limits, float(o["sql_timeout_s"]), self.sampling("debugger", settings.agent_model),
-                              self.choice("error_text"), self.prompt_set(task.db_id))
+                              self.choice("error_text"), prompt_set)
         sampling = {role: self._sampling(role, settings.agent_model) for role in ("agent", "knowledge")}
         sequential = o["memory"] == "sequential"
         baseline = settings.agent in ("react", "llm2sql", "self_debugging")
@@ -303,16 +304,15 @@ class EhrAgentBenchmark(Benchmark):
             agent = BaselineAgent(settings.agent, settings.model_for("agent", meter), task.db_id, db, tables, seed,
                                   sampling["agent"])
         elif autogen:
-            agent = EhrAgent(settings.model_for("agent", meter), None, self.prompt_set(task.db_id),
-                             Memory(initial_memory(self.prompt_set(task.db_id))), seed, proxy=tools, sampling=sampling)
+            agent = EhrAgent(settings.model_for("agent", meter), None, prompt_set, Memory(initial_memory(prompt_set)),
+                             seed, proxy=tools, sampling=sampling)
         elif ehragent:
             learned = memory_file_items(str(o["memory_file"])).get(task.db_id, []) if o.get("memory_file") else []
-            shots = initial_memory(self.prompt_set(task.db_id))
+            shots = initial_memory(prompt_set)
             memory = (SharedMemory(shots, hosts.memory, memory_stream(task.db_id, trial))
                       if sequential else Memory(shots + learned if o["memory"] == "frozen" else []))
             agent = EhrAgent(settings.model_for("agent", meter),
-                             settings.model_for("knowledge", meter) if o["knowledge"] else None,
-                             self.prompt_set(task.db_id), memory,
+                             settings.model_for("knowledge", meter) if o["knowledge"] else None, prompt_set, memory,
                              seed, num_shots=int(o.get("num_shots", 4)),
                              max_executions=10 if o.get("interactive", True) else 1, proxy=tools, sampling=sampling)
         else:
